@@ -1,0 +1,88 @@
+// The transport seam: how bytes move between two ranks.
+//
+// Contract
+// - A Connection is a bidirectional, reliable, in-order byte pipe between this
+//   rank and one peer, for one channel. Message framing is the executor's job.
+// - trySend/tryRecv never block: they move as many bytes as fit now (possibly
+//   0) and return that count. An error means the connection is unusable (peer
+//   gone, protocol violation); the message names the peer.
+// - waitHint() lets a progress loop sleep instead of spin: a pollable fd (TCP)
+//   or -1 (shared memory: the caller spins, then backs off with short sleeps).
+// - Connections are created by a Transport through connect(), which runs the
+//   transport's own handshake over the bootstrap's point-to-point messages.
+//   connect() blocks until ctx.deadline at most and gives up early when
+//   *ctx.abortFlag becomes true. Both peers call connect() for the pair; the
+//   role (who listens, who dials) follows from ctx.isLower.
+// - Everything is owned by the communicator; destroying a Connection closes it
+//   and releases its memory/sockets. abort() may be called from another thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tutti::transport {
+
+using Clock = std::chrono::steady_clock;
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual Result<size_t> trySend(const void* data, size_t bytes) = 0;
+  virtual Result<size_t> tryRecv(void* data, size_t bytes) = 0;
+  // Read-side zero-copy (optional): a pointer to up to *avail contiguous bytes
+  // already received, valid until consume(). Returns nullptr when nothing is
+  // available or the transport does not support it.
+  virtual const void* peek(size_t* avail) { *avail = 0; return nullptr; }
+  virtual void consume(size_t /*bytes*/) {}
+  virtual bool supportsPeek() const { return false; }
+  // -1 when there is nothing to poll (spin/sleep instead).
+  virtual int waitHint() const { return -1; }
+  // Cheap liveness check used when a wait has made no progress for a while.
+  virtual Status checkAlive() { return Status::ok(); }
+  virtual void abort() {}
+  virtual const char* name() const = 0;
+};
+
+// Point-to-point control messages between ranks of a communicator, provided
+// by the bootstrap. Tags separate concurrent handshakes.
+class ControlChannel {
+ public:
+  virtual ~ControlChannel() = default;
+  virtual Status send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
+  virtual Result<std::vector<uint8_t>> recv(int peer, uint64_t tag) = 0;
+};
+
+struct ConnectContext {
+  int rank = -1;
+  int peer = -1;
+  int channel = 0;
+  bool isLower = false;          // rank < peer: this side creates/listens
+  bool peerSameHost = false;     // peers share a host identity
+  uint64_t commHash = 0;         // unique per communicator (names shm segments)
+  const uint8_t* secret = nullptr;  // 32 bytes; proven by every data connection
+  size_t bufferBytes = 4 << 20;  // NCCL_BUFFSIZE-like ring size per direction
+  ControlChannel* control = nullptr;
+  Clock::time_point deadline;
+  const std::atomic<bool>* abortFlag = nullptr;
+  uint64_t tagBase = 0;          // unique per (pair, channel) handshake
+  std::string localIfAddr;       // TCP: address to listen on / advertise
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) = 0;
+};
+
+std::unique_ptr<Transport> makeShmTransport();
+std::unique_ptr<Transport> makeTcpTransport();
+
+}  // namespace tutti::transport
