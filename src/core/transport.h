@@ -57,6 +57,17 @@ class ControlChannel {
   virtual ~ControlChannel() = default;
   virtual Status send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   virtual Result<std::vector<uint8_t>> recv(int peer, uint64_t tag) = 0;
+  // Like recv(), but waits until `deadline` at most and gives up early once
+  // *abortFlag (may be null) is true, returning an error. Transports use it so
+  // that connect() honours ctx.deadline/abortFlag while the peer is absent.
+  // (Added after the first version; the default forwards to recv(), which may
+  // block past the deadline, so bootstraps should override it.)
+  virtual Result<std::vector<uint8_t>> recvUntil(int peer, uint64_t tag, Clock::time_point deadline,
+                                                 const std::atomic<bool>* abortFlag) {
+    (void)deadline;
+    (void)abortFlag;
+    return recv(peer, tag);
+  }
 };
 
 struct ConnectContext {

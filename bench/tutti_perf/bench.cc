@@ -1,0 +1,693 @@
+#include "bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if __has_include("tutti/tutti.h")
+#include "tutti/tutti.h"
+#define TUTTI_PERF_HAVE_TUTTI_H 1
+#endif
+
+namespace tutti::perf {
+namespace {
+
+RankContext g_ctx;  // for error reports
+
+[[noreturn]] void ncclFailed(const char* expr, ncclResult_t res) {
+  const char* last = ncclGetLastError(g_ctx.comm);
+  std::fprintf(stderr, "tutti-perf: rank %d: %s failed: %s%s%s\n", g_ctx.rank, expr,
+               ncclGetErrorString(res), (last && *last) ? ": " : "", last ? last : "");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (g_ctx.comm != nullptr) ncclCommAbort(g_ctx.comm);
+  _exit(kExitError);
+}
+
+#define PERF_NCCL(call)                                  \
+  do {                                                   \
+    ncclResult_t perf_res_ = (call);                     \
+    if (perf_res_ != ncclSuccess) ncclFailed(#call, perf_res_); \
+  } while (0)
+
+// ---- sizes and bandwidth ------------------------------------------------------
+
+// Element counts of one operation, following nccl-tests: `count` is the
+// requested size in elements; send/recv are the buffer lengths, param the
+// count passed to the API, and *_inplace the offset (times rank) of the send
+// or receive pointer inside the single in-place buffer.
+struct Counts {
+  size_t send = 0;
+  size_t recv = 0;
+  size_t param = 0;
+  size_t send_inplace = 0;
+  size_t recv_inplace = 0;
+};
+
+Counts countsFor(Coll coll, size_t count, int n) {
+  Counts k;
+  const size_t base = count / static_cast<size_t>(n);
+  switch (coll) {
+    case Coll::kAllReduce:
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+    case Coll::kSendRecv:
+      k.send = k.recv = k.param = count;
+      break;
+    case Coll::kAllGather:
+    case Coll::kGather:
+      k.send = k.param = base;
+      k.recv = base * n;
+      k.send_inplace = base;
+      break;
+    case Coll::kReduceScatter:
+    case Coll::kScatter:
+      k.send = base * n;
+      k.recv = k.param = base;
+      k.recv_inplace = base;
+      break;
+    case Coll::kAllToAll:
+      k.send = k.recv = base * n;
+      k.param = base;
+      break;
+  }
+  return k;
+}
+
+// busbw = algbw * factor, algbw = size / time with size as printed.
+double busFactor(Coll coll, int n) {
+  const double nr = n;
+  switch (coll) {
+    case Coll::kAllReduce:
+      return 2 * (nr - 1) / nr;
+    case Coll::kAllGather:
+    case Coll::kReduceScatter:
+    case Coll::kAllToAll:
+    case Coll::kGather:
+    case Coll::kScatter:
+      return (nr - 1) / nr;
+    case Coll::kBroadcast:
+    case Coll::kReduce:
+    case Coll::kSendRecv:
+      return 1;
+  }
+  return 1;
+}
+
+bool isReduction(Coll coll) {
+  return coll == Coll::kAllReduce || coll == Coll::kReduceScatter || coll == Coll::kReduce;
+}
+
+// ---- data patterns -----------------------------------------------------------
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The values rank r holds at element i. Data-movement collectives get
+// pseudo-random bit patterns (compared bit for bit); reductions get small
+// integers chosen per operator so that every partial result, in any order, is
+// exactly representable in the datatype (fp8 included), so results are exact.
+class Pattern {
+ public:
+  Pattern(const TypeInfo& t, Op op, int n, uint64_t seed) : t_(t), op_(op), n_(n), seed_(seed) {
+    uint64_t one = 1;
+    tiny_ = t.is_float ? decodeValue(t, &one) : 0;
+  }
+
+  uint64_t hash(int rank, size_t i) const {
+    return mix64(seed_ ^ (static_cast<uint64_t>(rank) << 48) ^ (i * 0xD1B54A32D192ED03ull));
+  }
+
+  void raw(int rank, size_t i, void* dst) const {
+    uint64_t h = hash(rank, i);
+    std::memcpy(dst, &h, t_.size);
+  }
+
+  double scalar(int rank) const { return op_ == Op::kPreMulSum ? 1 + (rank & 1) : 1; }
+
+  double value(int rank, size_t i) const {
+    const uint64_t h = hash(rank, i);
+    const int64_t k = t_.max_exact;
+    switch (op_) {
+      case Op::kSum:
+      case Op::kAvg:
+        return bounded(k / n_, k, h, rank, i);
+      case Op::kPreMulSum:  // scalars are 1 or 2
+        return bounded(k / (2 * n_), k / 2, h, rank, i);
+      case Op::kProd: {
+        const size_t twos = static_cast<size_t>(std::min(n_, t_.max_pow2));
+        if ((i + rank) % n_ < twos && (h & 1)) return 2;
+        if (t_.is_signed && ((h >> 8) & 3) == 0) return -1;
+        return 1;
+      }
+      case Op::kMax:
+      case Op::kMin:
+      case Op::kNone:
+        break;
+    }
+    return bounded(std::min<int64_t>(k, 1000), k, h, rank, i);
+  }
+
+  // The reduction over all ranks of element i.
+  double expected(size_t i) const {
+    double acc = 0;
+    for (int r = 0; r < n_; ++r) {
+      const double v = value(r, i);
+      switch (op_) {
+        case Op::kProd:
+          acc = r == 0 ? v : acc * v;
+          break;
+        case Op::kMax:
+          acc = r == 0 ? v : std::max(acc, v);
+          break;
+        case Op::kMin:
+          acc = r == 0 ? v : std::min(acc, v);
+          break;
+        default:
+          acc += scalar(r) * v;
+      }
+    }
+    if (op_ == Op::kAvg) acc = t_.is_float ? acc / n_ : std::trunc(acc / n_);
+    return acc;
+  }
+
+  // Only a floating-point average may be inexact (1/n premultiplication).
+  double tolerance(size_t i, double expected) const {
+    if (op_ != Op::kAvg || !t_.is_float) return 0;
+    double abs_avg = 0;
+    for (int r = 0; r < n_; ++r) abs_avg += std::fabs(value(r, i));
+    abs_avg /= n_;
+    return (n_ + 2) * roundoff(t_) * std::max(abs_avg, std::fabs(expected)) + n_ * tiny_;
+  }
+
+ private:
+  // A value in [-b, b] ([0, b] unsigned); with b == 0 (more ranks than the
+  // type has exact integers) exactly `ones` ranks hold 1 and the rest 0.
+  double bounded(int64_t b, int64_t ones, uint64_t h, int rank, size_t i) const {
+    if (b >= 1) {
+      if (t_.is_signed) return static_cast<double>(static_cast<int64_t>(h % (2 * b + 1)) - b);
+      return static_cast<double>(h % (b + 1));
+    }
+    return (i + rank) % n_ < static_cast<size_t>(ones) ? 1 : 0;
+  }
+
+  const TypeInfo& t_;
+  Op op_;
+  int n_;
+  uint64_t seed_;
+  double tiny_ = 0;
+};
+
+void fillGarbage(const TypeInfo& t, char* buf, size_t elems) {
+  // All-ones is NaN in every floating type; integers get 0xA5 bytes.
+  std::memset(buf, t.is_float ? 0xFF : 0xA5, elems * t.size);
+}
+
+void fillSend(bool reduction, const Pattern& p, const TypeInfo& t, int rank, char* buf,
+              size_t elems) {
+  for (size_t i = 0; i < elems; ++i) {
+    if (reduction) {
+      encodeValue(t, p.value(rank, i), buf + i * t.size);
+    } else {
+      p.raw(rank, i, buf + i * t.size);
+    }
+  }
+}
+
+std::string hexBytes(const char* p, size_t n) {
+  std::string s = "0x";
+  char b[4];
+  for (size_t i = n; i-- > 0;) {  // little-endian: most significant byte first
+    std::snprintf(b, sizeof(b), "%02x", static_cast<unsigned char>(p[i]));
+    s += b;
+  }
+  return s;
+}
+
+// ---- the run ------------------------------------------------------------------
+
+struct Case {
+  const CollInfo* coll;
+  const TypeInfo* type;
+  Op op;
+  ncclRedOp_t nccl_op;
+  int root;
+};
+
+ncclRedOp_t builtinOp(Op op) {
+  switch (op) {
+    case Op::kProd:
+      return ncclProd;
+    case Op::kMax:
+      return ncclMax;
+    case Op::kMin:
+      return ncclMin;
+    case Op::kAvg:
+      return ncclAvg;
+    default:
+      return ncclSum;
+  }
+}
+
+void launch(const Case& c, const RankContext& ctx, const void* send, void* recv, size_t count) {
+  cudaStream_t stream{};
+  const ncclDataType_t dt = c.type->type;
+  switch (c.coll->coll) {
+    case Coll::kAllReduce:
+      PERF_NCCL(ncclAllReduce(send, recv, count, dt, c.nccl_op, ctx.comm, stream));
+      break;
+    case Coll::kAllGather:
+      PERF_NCCL(ncclAllGather(send, recv, count, dt, ctx.comm, stream));
+      break;
+    case Coll::kReduceScatter:
+      PERF_NCCL(ncclReduceScatter(send, recv, count, dt, c.nccl_op, ctx.comm, stream));
+      break;
+    case Coll::kBroadcast:
+      PERF_NCCL(ncclBroadcast(send, recv, count, dt, c.root, ctx.comm, stream));
+      break;
+    case Coll::kReduce:
+      PERF_NCCL(ncclReduce(send, recv, count, dt, c.nccl_op, c.root, ctx.comm, stream));
+      break;
+    case Coll::kAllToAll:
+      PERF_NCCL(ncclAlltoAll(send, recv, count, dt, ctx.comm, stream));
+      break;
+    case Coll::kGather:
+      PERF_NCCL(ncclGather(send, recv, count, dt, c.root, ctx.comm, stream));
+      break;
+    case Coll::kScatter:
+      PERF_NCCL(ncclScatter(send, recv, count, dt, c.root, ctx.comm, stream));
+      break;
+    case Coll::kSendRecv: {
+      const int next = (ctx.rank + 1) % ctx.nranks;
+      const int prev = (ctx.rank + ctx.nranks - 1) % ctx.nranks;
+      PERF_NCCL(ncclGroupStart());
+      PERF_NCCL(ncclSend(send, count, dt, next, ctx.comm, stream));
+      PERF_NCCL(ncclRecv(recv, count, dt, prev, ctx.comm, stream));
+      PERF_NCCL(ncclGroupEnd());
+      break;
+    }
+  }
+}
+
+void barrier(const RankContext& ctx) {
+  if (ctx.nranks == 1) return;
+  int32_t v = 0;
+  cudaStream_t stream{};
+  PERF_NCCL(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, ctx.comm, stream));
+}
+
+// nccl-tests' number format: as many decimals as fit in `width`.
+std::string fmtNum(double v, int width) {
+  int digits = 0;
+  for (double p = 1; v >= p && digits < 40; p *= 10) ++digits;
+  char buf[64];
+  if (digits < width - 2) {
+    std::snprintf(buf, sizeof(buf), "%*.2f", width, v);
+  } else if (digits < width - 1) {
+    std::snprintf(buf, sizeof(buf), "%*.1f", width, v);
+  } else if (digits < width + 1) {
+    std::snprintf(buf, sizeof(buf), "%*.0f", width, v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%*.1e", width, v);
+  }
+  return buf;
+}
+
+struct Buffers {
+  char* send = nullptr;
+  char* recv = nullptr;
+  size_t bytes = 0;
+  ~Buffers() {
+    std::free(send);
+    std::free(recv);
+  }
+};
+
+class Runner {
+ public:
+  Runner(const Options& opts, const RankContext& ctx) : opts_(opts), ctx_(ctx) {}
+
+  int run();
+
+ private:
+  void printDevices();
+  void printHeader();
+  void runCase(const Case& c);
+  // Times one size; returns seconds per operation combined across ranks (-a).
+  double timeOps(const Case& c, const void* send, void* recv, size_t count);
+  int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k, const void* send,
+                    void* recv, char* base);
+  void warmup(const Case& c, size_t size);
+  const void* sendPtr(bool in_place, const Counts& k) const {
+    return in_place ? buf_.recv + k.send_inplace * ctx_.rank * elem_ : buf_.send;
+  }
+  void* recvPtr(bool in_place, const Counts& k) const {
+    return in_place ? buf_.recv + k.recv_inplace * ctx_.rank * elem_ : buf_.recv;
+  }
+
+  const Options& opts_;
+  const RankContext& ctx_;
+  Buffers buf_;
+  size_t elem_ = 1;
+  int failed_results_ = 0;
+  double bw_sum_ = 0;
+  long bw_count_ = 0;
+  int mismatch_reports_ = 0;
+};
+
+void Runner::printDevices() {
+  struct RankInfo {
+    int32_t rank;
+    int32_t pid;
+    int32_t local_rank;
+    int32_t reserved;
+    char host[112];
+  };
+  static_assert(sizeof(RankInfo) == 128, "RankInfo is sent as bytes");
+  std::vector<RankInfo> all(ctx_.nranks);
+  RankInfo me{};
+  me.rank = ctx_.rank;
+  me.pid = static_cast<int32_t>(getpid());
+  me.local_rank = ctx_.local_rank;
+  gethostname(me.host, sizeof(me.host) - 1);
+  if (ctx_.nranks > 1) {
+    std::vector<RankInfo> send(1, me);
+    cudaStream_t stream{};
+    PERF_NCCL(ncclAllGather(send.data(), all.data(), sizeof(RankInfo), ncclUint8, ctx_.comm,
+                            stream));
+  } else {
+    all[0] = me;
+  }
+  if (ctx_.rank != 0) return;
+  std::printf("# Using devices\n");
+  for (const RankInfo& r : all) {
+    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", r.rank, 0,
+                r.pid, r.host, r.local_rank);
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
+void Runner::printHeader() {
+  if (ctx_.rank != 0) return;
+  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+              "", "", "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+              "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+              "#wrong");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+              "");
+  std::fflush(stdout);
+}
+
+double Runner::timeOps(const Case& c, const void* send, void* recv, size_t count) {
+  barrier(ctx_);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < opts_.iters; ++it) {
+    if (opts_.agg_iters > 1) PERF_NCCL(ncclGroupStart());
+    for (int a = 0; a < opts_.agg_iters; ++a) launch(c, ctx_, send, recv, count);
+    if (opts_.agg_iters > 1) PERF_NCCL(ncclGroupEnd());
+    if (opts_.blocking) barrier(ctx_);
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  double sec = std::chrono::duration<double>(t1 - t0).count() /
+               (static_cast<double>(opts_.iters) * opts_.agg_iters);
+  if (ctx_.nranks == 1 || opts_.average == 0) return sec;
+  const ncclRedOp_t op = opts_.average == 2 ? ncclMin : opts_.average == 3 ? ncclMax : ncclSum;
+  cudaStream_t stream{};
+  PERF_NCCL(ncclAllReduce(&sec, &sec, 1, ncclFloat64, op, ctx_.comm, stream));
+  if (opts_.average == 1) sec /= ctx_.nranks;
+  return sec;
+}
+
+int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Counts& k,
+                          const void* send_c, void* recv_v, char* base) {
+  const TypeInfo& t = *c.type;
+  const int n = ctx_.nranks;
+  const int rank = ctx_.rank;
+  const Coll coll = c.coll->coll;
+  const bool red = isReduction(coll);
+  uint64_t seed = mix64(size * 131 + (in_place ? 7 : 0) + static_cast<uint64_t>(t.type) * 1009 +
+                        static_cast<uint64_t>(c.op) * 10007 + static_cast<uint64_t>(c.root + 1));
+  Pattern p(t, c.op, n, seed);
+  char* send = const_cast<char*>(static_cast<const char*>(send_c));
+  char* recv = static_cast<char*>(recv_v);
+  if (in_place) {
+    size_t extent = std::max(k.send + k.send_inplace * rank, k.recv + k.recv_inplace * rank);
+    fillGarbage(t, base, extent);
+  } else {
+    fillGarbage(t, recv, k.recv);
+  }
+  fillSend(red, p, t, rank, send, k.send);
+  launch(c, ctx_, send, recv, k.param);
+
+  int64_t wrong = 0;
+  const size_t cnt = k.param;
+  const int prev = (rank + n - 1) % n;
+  auto report = [&](size_t j, const std::string& got, const std::string& want) {
+    if (mismatch_reports_++ >= 8) return;
+    std::fprintf(stderr,
+                 "tutti-perf: rank %d: %s %s %s root %d size %zu %s: element %zu is %s, expected "
+                 "%s\n",
+                 rank, c.coll->name, t.name, opName(c.op), c.root, size,
+                 in_place ? "in-place" : "out-of-place", j, got.c_str(), want.c_str());
+  };
+  auto checkRed = [&](size_t j, size_t idx) {
+    const double want = p.expected(idx);
+    const double tol = p.tolerance(idx, want);
+    const double got = decodeValue(t, recv + j * t.size);
+    const bool ok = !std::isnan(got) && (tol == 0 ? got == want : std::fabs(got - want) <= tol);
+    if (!ok) {
+      ++wrong;
+      char g[64], w[64];
+      std::snprintf(g, sizeof(g), "%.17g", got);
+      std::snprintf(w, sizeof(w), "%.17g", want);
+      report(j, g, w);
+    }
+  };
+  auto checkRaw = [&](size_t j, int src, size_t idx) {
+    char want[8];
+    p.raw(src, idx, want);
+    if (std::memcmp(want, recv + j * t.size, t.size) != 0) {
+      ++wrong;
+      report(j, hexBytes(recv + j * t.size, t.size), hexBytes(want, t.size));
+    }
+  };
+  switch (coll) {
+    case Coll::kAllReduce:
+      for (size_t j = 0; j < cnt; ++j) checkRed(j, j);
+      break;
+    case Coll::kReduce:
+      if (rank == c.root) {
+        for (size_t j = 0; j < cnt; ++j) checkRed(j, j);
+      }
+      break;
+    case Coll::kReduceScatter:
+      for (size_t j = 0; j < cnt; ++j) checkRed(j, rank * cnt + j);
+      break;
+    case Coll::kBroadcast:
+      for (size_t j = 0; j < cnt; ++j) checkRaw(j, c.root, j);
+      break;
+    case Coll::kAllGather:
+      for (size_t j = 0; j < cnt * n; ++j) checkRaw(j, static_cast<int>(j / cnt), j % cnt);
+      break;
+    case Coll::kGather:
+      if (rank == c.root) {
+        for (size_t j = 0; j < cnt * n; ++j) checkRaw(j, static_cast<int>(j / cnt), j % cnt);
+      }
+      break;
+    case Coll::kScatter:
+      for (size_t j = 0; j < cnt; ++j) checkRaw(j, c.root, rank * cnt + j);
+      break;
+    case Coll::kAllToAll:
+      for (size_t j = 0; j < cnt * n; ++j) checkRaw(j, static_cast<int>(j / cnt), rank * cnt + j % cnt);
+      break;
+    case Coll::kSendRecv:
+      for (size_t j = 0; j < cnt; ++j) checkRaw(j, prev, j);
+      break;
+  }
+  if (n > 1) {
+    cudaStream_t stream{};
+    PERF_NCCL(ncclAllReduce(&wrong, &wrong, 1, ncclInt64, ncclSum, ctx_.comm, stream));
+  }
+  return wrong;
+}
+
+void Runner::warmup(const Case& c, size_t size) {
+  const Counts k = countsFor(c.coll->coll, size / elem_, ctx_.nranks);
+  for (int i = 0; i < opts_.warmup_iters; ++i) {
+    launch(c, ctx_, sendPtr(false, k), recvPtr(false, k), k.param);
+  }
+}
+
+void Runner::runCase(const Case& c) {
+  warmup(c, opts_.max_bytes);
+  warmup(c, opts_.min_bytes);
+  const bool print = ctx_.rank == 0;
+  const double factor = busFactor(c.coll->coll, ctx_.nranks);
+  // ncclAlltoAll and send/recv with sendbuff == recvbuff are timed like
+  // nccl-tests does, but NCCL does not define their result: not validated.
+  const bool in_place_defined = c.coll->coll != Coll::kAllToAll && c.coll->coll != Coll::kSendRecv;
+  for (long cycle = 0; opts_.run_cycles == 0 || cycle < opts_.run_cycles; ++cycle) {
+    for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
+      const Counts k = countsFor(c.coll->coll, size / elem_, ctx_.nranks);
+      const size_t bytes = std::max(k.send, k.recv) * elem_;
+      if (print) {
+        std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, k.param, c.type->name, opName(c.op),
+                    c.coll->has_root ? c.root : -1);
+      }
+      for (int ip = 0; ip < 2; ++ip) {
+        const bool in_place = ip == 1;
+        const void* send = sendPtr(in_place, k);
+        void* recv = recvPtr(in_place, k);
+        const double sec = timeOps(c, send, recv, k.param);
+        const double algbw = sec > 0 ? static_cast<double>(bytes) / sec / 1e9 : 0;
+        const double busbw = algbw * factor;
+        const bool check = opts_.check && (!in_place || in_place_defined);
+        int64_t wrong = 0;
+        if (check) wrong = checkOnce(c, size, in_place, k, send, recv, buf_.recv);
+        if (wrong > 0) ++failed_results_;
+        bw_sum_ += busbw;
+        ++bw_count_;
+        if (print) {
+          std::printf("  %7s  %6s  %6s", fmtNum(sec * 1e6, 7).c_str(), fmtNum(algbw, 6).c_str(),
+                      fmtNum(busbw, 6).c_str());
+          if (check) {
+            std::printf("  %5lld", static_cast<long long>(wrong));
+          } else {
+            std::printf("  %5s", "N/A");
+          }
+        }
+      }
+      if (print) {
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+      size_t next;
+      if (opts_.step_factor > 1) {
+        next = size == 0 ? 1 : size * opts_.step_factor;
+      } else {
+        next = size + opts_.step_bytes;
+      }
+      if (next <= size) break;  // overflow
+      size = next;
+    }
+  }
+}
+
+int Runner::run() {
+  const int n = ctx_.nranks;
+  printDevices();
+
+  std::vector<int> roots;
+  if (opts_.coll->has_root) {
+    if (opts_.root >= n) {
+      if (ctx_.rank == 0) {
+        std::fprintf(stderr, "tutti-perf: -r/--root %d is not a rank: there are %d ranks\n",
+                     opts_.root, n);
+      }
+      return kExitUsage;
+    }
+    if (opts_.root < 0) {
+      for (int r = 0; r < n; ++r) roots.push_back(r);
+    } else {
+      roots.push_back(opts_.root);
+    }
+  } else {
+    roots.push_back(-1);
+  }
+
+  buf_.bytes = (std::max<size_t>(opts_.max_bytes, 64) + 4095) / 4096 * 4096;
+  if (posix_memalign(reinterpret_cast<void**>(&buf_.send), 4096, buf_.bytes) != 0 ||
+      posix_memalign(reinterpret_cast<void**>(&buf_.recv), 4096, buf_.bytes) != 0) {
+    std::fprintf(stderr, "tutti-perf: rank %d: cannot allocate 2 x %zu bytes of buffers\n",
+                 ctx_.rank, buf_.bytes);
+    return kExitError;
+  }
+  std::memset(buf_.send, 0, buf_.bytes);
+  std::memset(buf_.recv, 0, buf_.bytes);
+
+  printHeader();
+  for (const TypeInfo* t : opts_.types) {
+    elem_ = t->size;
+    for (Op op : opts_.ops) {
+      Case c{opts_.coll, t, op, builtinOp(op), 0};
+      bool created = false;
+      if (op == Op::kPreMulSum) {
+        Pattern p(*t, op, n, 0);
+        alignas(8) unsigned char scalar[8] = {};
+        encodeValue(*t, p.scalar(ctx_.rank), scalar);
+        PERF_NCCL(ncclRedOpCreatePreMulSum(&c.nccl_op, scalar, t->type, ncclScalarHostImmediate,
+                                           ctx_.comm));
+        created = true;
+      }
+      for (int root : roots) {
+        c.root = root;
+        runCase(c);
+      }
+      if (created) PERF_NCCL(ncclRedOpDestroy(c.nccl_op, ctx_.comm));
+    }
+  }
+
+  const double avg_bw = bw_count_ ? bw_sum_ / bw_count_ : 0;
+  const char* min_bw_env = std::getenv("NCCL_TESTS_MIN_BW");
+  const double min_bw = min_bw_env ? std::atof(min_bw_env) : -1;
+  const bool bw_failed = min_bw >= 0 && avg_bw < 0.9 * min_bw;
+  if (ctx_.rank == 0) {
+    std::printf("# Out of bounds values : %d %s\n", failed_results_,
+                failed_results_ ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g %s\n", avg_bw,
+                min_bw < 0 ? "" : (bw_failed ? "FAILED" : "OK"));
+    std::printf("#\n");
+    std::printf("# Collective test concluded: %s_perf\n", opts_.coll->name);
+    std::fflush(stdout);
+  }
+  return failed_results_ || bw_failed ? kExitWrongResults : kExitOk;
+}
+
+}  // namespace
+
+void printPreamble(const Options& opts, int nranks) {
+  int lib = 0;
+  ncclGetVersion(&lib);
+  const char* tutti = "unknown";
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+  tutti = tuttiGetVersionString();
+#endif
+  std::printf("# tutti-perf %s: nccl-tests compatible, tutti-library=%s nccl-headers=%d "
+              "nccl-library=%d ranks=%d\n",
+              opts.coll->name, tutti, NCCL_VERSION_CODE, lib, nranks);
+  std::printf("# Collective test starting: %s_perf\n", opts.coll->name);
+  const bool factor = opts.step_factor > 1;
+  std::printf(
+      "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+      "agg iters: %d validation: %d graph: 0\n",
+      opts.min_bytes, opts.max_bytes, factor ? opts.step_factor : opts.step_bytes,
+      factor ? "factor" : "bytes", opts.warmup_iters, opts.iters, opts.agg_iters, opts.check);
+  if (opts.blocking) {
+    std::printf("# Blocking Enabled: wait for completion and barrier after each collective\n");
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
+int runBenchmark(const Options& opts, const RankContext& ctx) {
+  g_ctx = ctx;
+  Runner runner(opts, ctx);
+  return runner.run();
+}
+
+}  // namespace tutti::perf

@@ -1,0 +1,37 @@
+// tutti-perf: the benchmark proper, run by every rank on an initialized
+// communicator. Rank 0 prints nccl-tests' table; the other ranks print nothing
+// on stdout.
+//
+// Contract: runBenchmark is collective (every rank calls it with the same
+// options) and blocks until the sweep is done. Buffers are host memory and
+// every operation uses the NULL stream, so each call completes before it
+// returns. A failing NCCL call is reported on stderr and ends the process
+// (exit code 3) after aborting the communicator, so that peers notice.
+#pragma once
+
+#include "nccl.h"
+#include "options.h"
+
+namespace tutti::perf {
+
+struct RankContext {
+  int rank = 0;
+  int nranks = 1;
+  int local_rank = 0;
+  ncclComm_t comm = nullptr;
+};
+
+// Exit codes shared by the whole program.
+constexpr int kExitOk = 0;
+constexpr int kExitWrongResults = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitError = 3;
+constexpr int kExitTimeout = 124;
+
+// Prints the preamble (rank 0 only; call before the communicator exists).
+void printPreamble(const Options& opts, int nranks);
+// Returns kExitOk, or kExitWrongResults when any result was wrong (or the
+// average bus bandwidth was under NCCL_TESTS_MIN_BW).
+int runBenchmark(const Options& opts, const RankContext& ctx);
+
+}  // namespace tutti::perf

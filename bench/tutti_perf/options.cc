@@ -1,0 +1,358 @@
+#include "options.h"
+
+#include <getopt.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace tutti::perf {
+namespace {
+
+const std::vector<CollInfo> kColls = {
+    {Coll::kAllReduce, "all_reduce", true, false},
+    {Coll::kAllGather, "all_gather", false, false},
+    {Coll::kReduceScatter, "reduce_scatter", true, false},
+    {Coll::kBroadcast, "broadcast", false, true},
+    {Coll::kReduce, "reduce", true, true},
+    {Coll::kAllToAll, "alltoall", false, false},
+    {Coll::kGather, "gather", false, true},
+    {Coll::kScatter, "scatter", false, true},
+    {Coll::kSendRecv, "sendrecv", false, false},
+};
+
+std::string squash(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c != '_' && c != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Parses a byte count: a non-negative number with an optional K, M, G or T
+// (binary multiples) and an optional trailing "B" or "iB", e.g. 8, 1K, 256M, 1.5GB.
+bool parseSize(const char* text, size_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  if (end == text || errno != 0 || !(v >= 0) || std::isinf(v)) return false;
+  std::string suffix(end);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (endsWith(suffix, "IB")) {
+    suffix.resize(suffix.size() - 2);
+  } else if (!suffix.empty() && suffix.back() == 'B') {
+    suffix.pop_back();
+  }
+  double mult = 1;
+  if (suffix == "K") {
+    mult = 1024.0;
+  } else if (suffix == "M") {
+    mult = 1024.0 * 1024;
+  } else if (suffix == "G") {
+    mult = 1024.0 * 1024 * 1024;
+  } else if (suffix == "T") {
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  } else if (!suffix.empty()) {
+    return false;
+  }
+  double bytes = std::floor(v * mult);
+  if (bytes > static_cast<double>(size_t{1} << 50)) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+bool parseLong(const char* text, long lo, long hi, long* out) {
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+struct Flag {
+  int key;
+  const char* long_name;
+};
+
+std::string flagName(int key, const option* longopts) {
+  for (const option* o = longopts; o->name != nullptr; ++o) {
+    if (o->val == key) {
+      if (key < 256) return std::string("-") + static_cast<char>(key) + "/--" + o->name;
+      return std::string("--") + o->name;
+    }
+  }
+  return std::string("-") + static_cast<char>(key);
+}
+
+constexpr int kOptNp = 256;
+
+const option kLongOpts[] = {
+    {"nthreads", required_argument, nullptr, 't'},
+    {"ngpus", required_argument, nullptr, 'g'},
+    {"minbytes", required_argument, nullptr, 'b'},
+    {"maxbytes", required_argument, nullptr, 'e'},
+    {"stepbytes", required_argument, nullptr, 'i'},
+    {"stepfactor", required_argument, nullptr, 'f'},
+    {"iters", required_argument, nullptr, 'n'},
+    {"agg_iters", required_argument, nullptr, 'm'},
+    {"warmup_iters", required_argument, nullptr, 'w'},
+    {"parallel_init", required_argument, nullptr, 'p'},
+    {"check", required_argument, nullptr, 'c'},
+    {"op", required_argument, nullptr, 'o'},
+    {"datatype", required_argument, nullptr, 'd'},
+    {"root", required_argument, nullptr, 'r'},
+    {"blocking", required_argument, nullptr, 'z'},
+    {"timeout", required_argument, nullptr, 'T'},
+    {"cudagraph", required_argument, nullptr, 'G'},
+    {"report_cputime", required_argument, nullptr, 'C'},
+    {"average", required_argument, nullptr, 'a'},
+    {"run_cycles", required_argument, nullptr, 'N'},
+    {"np", required_argument, nullptr, kOptNp},
+    {"help", no_argument, nullptr, 'h'},
+    {nullptr, 0, nullptr, 0},
+};
+
+const char kShortOpts[] = ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:T:G:C:a:N:h";
+
+}  // namespace
+
+const std::vector<CollInfo>& allColls() { return kColls; }
+
+const CollInfo* findColl(const std::string& name) {
+  std::string key = squash(name);
+  if (endsWith(key, "perf")) key.resize(key.size() - 4);
+  for (const CollInfo& c : kColls) {
+    if (key == squash(c.name)) return &c;
+  }
+  return nullptr;
+}
+
+void printUsage(const char* prog) {
+  std::printf(
+      "usage: %s <collective> [flags]\n"
+      "\n"
+      "nccl-tests compatible benchmark for tutti. Collectives: all_reduce, all_gather,\n"
+      "reduce_scatter, broadcast, reduce, alltoall, gather, scatter, sendrecv (the\n"
+      "nccl-tests binary names such as all_reduce_perf are accepted too).\n"
+      "\n"
+      "  -b, --minbytes <size>       smallest size (default 32M); sizes take K, M, G suffixes\n"
+      "  -e, --maxbytes <size>       largest size (default 32M)\n"
+      "  -f, --stepfactor <n>        multiply the size by n each step (default 1: use -i)\n"
+      "  -i, --stepbytes <size>      add this to the size each step (default 1M)\n"
+      "  -n, --iters <n>             timed iterations per size (default 20)\n"
+      "  -w, --warmup_iters <n>      untimed warmup iterations (default 5)\n"
+      "  -m, --agg_iters <n>         operations per iteration, in one ncclGroupStart/End (default 1)\n"
+      "  -c, --check <0/1>           validate results (default 1)\n"
+      "  -d, --datatype <type>       %s, or all (default float)\n"
+      "  -o, --op <op>               sum, prod, max, min, avg, premulsum, or all (default sum)\n"
+      "  -r, --root <rank>           root of broadcast/reduce/gather/scatter; -1: every rank (default 0)\n"
+      "  -a, --average <0/1/2/3>     time across ranks: 0 rank 0, 1 average, 2 min, 3 max (default 1)\n"
+      "  -z, --blocking <0/1>        barrier after each iteration (default 0)\n"
+      "  -N, --run_cycles <n>        repeat the size sweep n times, 0 forever (default 1)\n"
+      "  -T, --timeout <seconds>     give up (exit 124) after this long, 0 never (default 0)\n"
+      "  -t, --nthreads <n>          must be 1 (one rank per process; use --np)\n"
+      "  -g, --ngpus <n>             must be 1 (one rank per process; use --np)\n"
+      "  -p, --parallel_init <0/1>   accepted; ranks always initialize in parallel\n"
+      "  -G, --cudagraph <n>         must be 0\n"
+      "  -C, --report_cputime <0/1>  accepted; times are host wall-clock times\n"
+      "      --np <n>                ranks to start on this host when not under a launcher (default 2)\n"
+      "  -h, --help                  this text\n"
+      "\n"
+      "Under torchrun, mpirun or srun every launched process is one rank and --np is\n"
+      "ignored; see docs/tutti-perf.md.\n",
+      prog, typeNames().c_str());
+}
+
+ParseResult parseOptions(int argc, char** argv, Options* opts) {
+  const char* prog = "tutti-perf";
+  bool types_set = false;
+  bool ops_set = false;
+  bool step_factor_set = false;
+  bool step_bytes_set = false;
+  opterr = 0;
+  optind = 1;
+  int c;
+  int longindex = -1;
+  auto bad = [&](int key, const char* value, const char* expected) {
+    std::fprintf(stderr, "%s: invalid value '%s' for %s: expected %s\n", prog, value,
+                 flagName(key, kLongOpts).c_str(), expected);
+    return ParseResult::kError;
+  };
+  while ((c = getopt_long(argc, argv, kShortOpts, kLongOpts, &longindex)) != -1) {
+    long v = 0;
+    switch (c) {
+      case 'h':
+        printUsage(prog);
+        return ParseResult::kHelp;
+      case 't':
+      case 'g':
+        if (!parseLong(optarg, 1, 1 << 20, &v)) return bad(c, optarg, "a positive integer");
+        if (v != 1) {
+          std::fprintf(stderr,
+                       "%s: %s %ld is not supported: tutti-perf runs one rank per process; use "
+                       "--np %ld (or a launcher) for more ranks\n",
+                       prog, flagName(c, kLongOpts).c_str(), v, v);
+          return ParseResult::kError;
+        }
+        break;
+      case 'b':
+        if (!parseSize(optarg, &opts->min_bytes)) return bad(c, optarg, "a size such as 8, 1K, 256M");
+        break;
+      case 'e':
+        if (!parseSize(optarg, &opts->max_bytes)) return bad(c, optarg, "a size such as 8, 1K, 256M");
+        break;
+      case 'i':
+        if (!parseSize(optarg, &opts->step_bytes) || opts->step_bytes == 0)
+          return bad(c, optarg, "a size > 0 such as 1M");
+        step_bytes_set = true;
+        break;
+      case 'f':
+        if (!parseLong(optarg, 1, 1 << 20, &v)) return bad(c, optarg, "an integer >= 1");
+        opts->step_factor = static_cast<size_t>(v);
+        step_factor_set = true;
+        break;
+      case 'n':
+        if (!parseLong(optarg, 1, 1L << 30, &v)) return bad(c, optarg, "an integer >= 1");
+        opts->iters = static_cast<int>(v);
+        break;
+      case 'w':
+        if (!parseLong(optarg, 0, 1L << 30, &v)) return bad(c, optarg, "an integer >= 0");
+        opts->warmup_iters = static_cast<int>(v);
+        break;
+      case 'm':
+        if (!parseLong(optarg, 1, 1 << 20, &v)) return bad(c, optarg, "an integer >= 1");
+        opts->agg_iters = static_cast<int>(v);
+        break;
+      case 'p':
+      case 'C':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        break;
+      case 'c':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->check = static_cast<int>(v);
+        break;
+      case 'z':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->blocking = static_cast<int>(v);
+        break;
+      case 'a':
+        if (!parseLong(optarg, 0, 3, &v)) return bad(c, optarg, "0 (rank 0), 1 (avg), 2 (min) or 3 (max)");
+        opts->average = static_cast<int>(v);
+        break;
+      case 'r':
+        if (!parseLong(optarg, -1, 1 << 24, &v)) return bad(c, optarg, "a rank, or -1 for all ranks");
+        opts->root = static_cast<int>(v);
+        break;
+      case 'N':
+        if (!parseLong(optarg, 0, std::numeric_limits<long>::max(), &v))
+          return bad(c, optarg, "an integer >= 0");
+        opts->run_cycles = v;
+        break;
+      case 'T':
+        if (!parseLong(optarg, 0, 1L << 30, &v)) return bad(c, optarg, "seconds >= 0");
+        opts->timeout_s = static_cast<int>(v);
+        break;
+      case 'G':
+        if (!parseLong(optarg, 0, 1 << 20, &v)) return bad(c, optarg, "0");
+        if (v != 0) {
+          std::fprintf(stderr, "%s: -G/--cudagraph %ld is not supported: tutti-perf has no graphs\n",
+                       prog, v);
+          return ParseResult::kError;
+        }
+        break;
+      case kOptNp:
+        if (!parseLong(optarg, 1, 4096, &v)) return bad(c, optarg, "an integer from 1 to 4096");
+        opts->np = static_cast<int>(v);
+        opts->np_given = true;
+        break;
+      case 'd': {
+        types_set = true;
+        opts->types.clear();
+        if (std::strcmp(optarg, "all") == 0) {
+          opts->types = allTypes();
+        } else {
+          const TypeInfo* t = findType(optarg);
+          if (t == nullptr) return bad(c, optarg, (typeNames() + " or all").c_str());
+          opts->types.push_back(t);
+        }
+        break;
+      }
+      case 'o': {
+        ops_set = true;
+        opts->ops.clear();
+        Op op;
+        if (std::strcmp(optarg, "all") == 0) {
+          opts->ops = allOps();
+        } else if (parseOp(optarg, &op)) {
+          opts->ops.push_back(op);
+        } else {
+          return bad(c, optarg, "sum, prod, max, min, avg, premulsum or all");
+        }
+        break;
+      }
+      case ':':
+        std::fprintf(stderr, "%s: option %s needs a value; see %s -h\n", prog,
+                     optopt ? flagName(optopt, kLongOpts).c_str() : argv[optind - 1], prog);
+        return ParseResult::kError;
+      case '?':
+      default:
+        if (optopt != 0) {
+          std::fprintf(stderr, "%s: unknown option '-%c'; see %s -h\n", prog, optopt, prog);
+        } else {
+          std::fprintf(stderr, "%s: unknown option '%s'; see %s -h\n", prog, argv[optind - 1],
+                       prog);
+        }
+        return ParseResult::kError;
+    }
+  }
+
+  // The collective: the first positional argument, or the program's own name
+  // when it is installed as (a link named) all_reduce_perf and the like.
+  std::string base = argv[0] ? argv[0] : "";
+  size_t slash = base.rfind('/');
+  if (slash != std::string::npos) base = base.substr(slash + 1);
+  const CollInfo* from_name = endsWith(base, "_perf") ? findColl(base) : nullptr;
+  if (optind < argc) {
+    opts->coll = findColl(argv[optind]);
+    if (opts->coll == nullptr) {
+      std::fprintf(stderr,
+                   "%s: unknown collective '%s': expected all_reduce, all_gather, reduce_scatter, "
+                   "broadcast, reduce, alltoall, gather, scatter or sendrecv\n",
+                   prog, argv[optind]);
+      return ParseResult::kError;
+    }
+    if (optind + 1 < argc) {
+      std::fprintf(stderr, "%s: unexpected argument '%s'; see %s -h\n", prog, argv[optind + 1],
+                   prog);
+      return ParseResult::kError;
+    }
+  } else if (from_name != nullptr) {
+    opts->coll = from_name;
+  } else {
+    std::fprintf(stderr, "%s: no collective given; usage: %s <collective> [flags] (see -h)\n",
+                 prog, prog);
+    return ParseResult::kError;
+  }
+
+  if (!types_set) opts->types.push_back(findType("float"));
+  if (!ops_set) opts->ops.push_back(Op::kSum);
+  if (!opts->coll->has_op) opts->ops.assign(1, Op::kNone);
+  if (opts->min_bytes > opts->max_bytes) {
+    std::fprintf(stderr, "%s: -b/--minbytes (%zu) is larger than -e/--maxbytes (%zu)\n", prog,
+                 opts->min_bytes, opts->max_bytes);
+    return ParseResult::kError;
+  }
+  if (step_bytes_set && !step_factor_set) opts->step_factor = 1;
+  return ParseResult::kOk;
+}
+
+}  // namespace tutti::perf

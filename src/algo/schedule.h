@@ -1,0 +1,105 @@
+// Schedules: collectives as data.
+//
+// Contract: an algorithm is a pure function from (collective, sizes, datatype,
+// op, rank set) to a Schedule for one rank: local steps to run first, then
+// message sends and receives with dependencies. Buffers are symbolic (send,
+// recv, scratch + byte offset) so a schedule can be executed, inspected by
+// tests, or fed to a simulator. Messages carry a tag unique within the
+// schedule for their (sender, receiver) pair; the receiver matches on it, so
+// any channel may carry any message (channels pull from a shared queue).
+//
+// Hazard rules the generators guarantee (the executor relies on them):
+// - a send reads its source only after the receive it waits on (if any);
+// - a receive writes a location no pending send of this rank still reads,
+//   except where causality makes that impossible (ring: a region's final value
+//   can only return after this rank's partial for it has left).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace tutti::algo {
+
+// kAbs: `off` is an absolute address (point-to-point operations of a group).
+enum class Buf : uint8_t { kSend = 0, kRecv = 1, kScratch = 2, kAbs = 3 };
+
+struct Ref {
+  Buf buf = Buf::kSend;
+  size_t off = 0;
+};
+
+// How values combine; the executor maps it onto the backend kernels.
+struct ReduceSpec {
+  DataType dt = DataType::kFloat32;
+  RedOp op = RedOp::kSum;  // kSum/kProd/kMax/kMin/kPreMulSum
+  double scalar = 1.0;     // kPreMulSum: applied to the local contribution
+  int64_t divisor = 0;     // integer average: divide the final value by this
+};
+
+enum class LocalKind : uint8_t { kCopy, kScale, kDivide };
+struct LocalStep {
+  LocalKind kind;
+  Ref dst;
+  Ref src;
+  size_t bytes;
+};
+
+struct SendStep {
+  int peer;
+  uint64_t tag;
+  Ref src;
+  size_t bytes;
+  int32_t waitRecv = -1;  // index into recvs; -1: ready after the local steps
+};
+
+enum class RecvAction : uint8_t { kCopy, kReduce };
+struct RecvStep {
+  int peer;
+  uint64_t tag;
+  size_t bytes;
+  RecvAction action;
+  Ref dst;
+  Ref local;               // kReduce: dst = incoming (op) local
+  bool finalize = false;   // apply ReduceSpec::divisor to dst afterwards
+};
+
+enum class Collective : uint8_t {
+  kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kGather, kScatter,
+  kSend, kRecv,
+};
+const char* collectiveName(Collective c);
+
+struct Schedule {
+  ReduceSpec spec;
+  std::vector<LocalStep> local;
+  std::vector<SendStep> sends;
+  std::vector<RecvStep> recvs;
+  size_t scratchBytes = 0;
+  std::vector<int> peers;  // every peer this rank exchanges messages with
+  std::string algorithm;   // for logs
+};
+
+struct CollArgs {
+  Collective coll;
+  int rank;
+  int nranks;
+  size_t count;        // NCCL's count argument of the call
+  size_t elemSize;
+  ReduceSpec spec;
+  int root = 0;
+  bool inPlace = false;   // the call's buffers alias the way NCCL's in-place does
+  size_t chunkBytes = 512 << 10;
+};
+
+// Ring / chain / direct schedules (src/algo/ring.cc).
+Schedule makeSchedule(const CollArgs& a);
+
+// Point-to-point: the messages of one ncclSend/ncclRecv (chunked).
+void appendSend(Schedule* s, int peer, uint64_t tagBase, Ref src, size_t bytes, size_t chunk);
+void appendRecv(Schedule* s, int peer, uint64_t tagBase, Ref dst, size_t bytes, size_t chunk);
+
+}  // namespace tutti::algo

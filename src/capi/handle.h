@@ -1,0 +1,54 @@
+// What ncclComm_t points to, and the registry of live handles.
+//
+// A handle is valid from ncclCommInit* until ncclCommDestroy/Abort; the
+// registry lets every API call reject a NULL, destroyed or foreign pointer
+// with a clear error instead of crashing.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "core/comm.h"
+#include "nccl.h"
+
+struct ncclComm {
+  static constexpr uint64_t kMagic = 0x7475747469636f6dull;  // "tutticom"
+  uint64_t magic = kMagic;
+  std::unique_ptr<tutti::core::Comm> impl;
+  int nranks = 0;
+  int rank = -1;
+  // Initialisation state: ncclInProgress while a deferred or non-blocking
+  // init runs, then its result.
+  std::atomic<int> initState{ncclInProgress};
+  std::thread initThread;
+  tutti::core::UniqueIdData id{};
+  tutti::core::CommConfig config;
+  bool finalized = false;
+  uint64_t splitSeq = 0;
+
+  struct UserOp {
+    bool live = false;
+    ncclDataType_t dt;
+    ncclScalarResidence_t residence;
+    const void* ptr;     // ncclScalarDevice: read at each use
+    double value;        // ncclScalarHostImmediate: read at creation
+  };
+  std::vector<UserOp> userOps;
+  std::unordered_set<void*> registrations;
+
+  std::mutex errMu;
+  std::string lastError;
+};
+
+namespace tutti::capi {
+
+void registerComm(ncclComm* c);
+void unregisterComm(ncclComm* c);
+bool isLiveComm(const ncclComm* c);
+
+}  // namespace tutti::capi

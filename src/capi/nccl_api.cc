@@ -1,0 +1,898 @@
+// The NCCL C API on top of tutti::core. Every function: validate, call into
+// C++, map errors (errors.h). Host-memory semantics: see docs/api.md.
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "algo/schedule.h"
+#include "backends/cpu/float_formats.h"
+#include "capi/errors.h"
+#include "capi/export.h"
+#include "capi/handle.h"
+#include "core/bootstrap.h"
+#include "core/executor.h"
+#include "core/log.h"
+#include "core/params.h"
+#include "tutti/tutti.h"
+
+using tutti::Status;
+using tutti::algo::Collective;
+namespace core = tutti::core;
+namespace algo = tutti::algo;
+using tutti::capi::fail;
+using tutti::capi::fromStatus;
+using tutti::capi::guard;
+
+namespace {
+
+// ---- groups ------------------------------------------------------------------
+
+struct PendingOp {
+  ncclComm* comm;
+  Collective coll;
+  const void* send;
+  void* recv;
+  size_t count;
+  ncclDataType_t dt;
+  ncclRedOp_t op;
+  int root;  // root, or peer for send/recv
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<ncclComm*> inits;
+  std::vector<PendingOp> ops;
+  ncclResult_t deferred = ncclSuccess;  // first error seen inside the group
+};
+thread_local GroupState t_group;
+
+void logVersionOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    TUTTI_LOG_(tutti::log::Level::kVersion, tutti::log::kInit, "NCCL version {}.{}.{}+tutti{}",
+               NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, TUTTI_VERSION_STRING);
+  });
+}
+
+const char* typeName(ncclDataType_t t) {
+  return static_cast<int>(t) >= 0 && t < ncclNumTypes
+             ? tutti::dataTypeName(static_cast<tutti::DataType>(t))
+             : "invalid";
+}
+
+ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
+  if (!comm) return fail(ncclInvalidArgument, std::string(fn) + ": comm is NULL");
+  if (!tutti::capi::isLiveComm(comm))
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": comm is not a valid communicator (destroyed or never created)");
+  if (!needReady) return ncclSuccess;
+  int st = comm->initState.load();
+  if (st == ncclInProgress)
+    return fail(ncclInvalidUsage,
+                std::string(fn) + ": communicator initialisation has not completed (call "
+                                  "ncclGroupEnd, or poll ncclCommGetAsyncError)", comm);
+  if (st != ncclSuccess)
+    return fail(static_cast<ncclResult_t>(st),
+                std::string(fn) + ": communicator initialisation failed", comm);
+  if (comm->finalized)
+    return fail(ncclInvalidUsage, std::string(fn) + ": communicator was finalized", comm);
+  Status err = comm->impl->error();
+  if (!err.isOk())
+    return fail(static_cast<ncclResult_t>(err.code()),
+                std::string(fn) + ": communicator is in error state after: " + err.message(), comm);
+  if (comm->impl->aborted())
+    return fail(ncclInvalidUsage, std::string(fn) + ": communicator was aborted", comm);
+  return ncclSuccess;
+}
+
+ncclResult_t checkDtype(ncclDataType_t dt, const char* fn, ncclComm_t comm) {
+  if (static_cast<int>(dt) < 0 || dt >= ncclNumTypes)
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": invalid datatype " + std::to_string(static_cast<int>(dt)),
+                comm);
+  return ncclSuccess;
+}
+
+ncclResult_t checkOp(ncclRedOp_t op, ncclDataType_t dt, const char* fn, ncclComm_t comm) {
+  int v = static_cast<int>(op);
+  if (v >= 0 && v < ncclNumOps) return ncclSuccess;
+  size_t idx = static_cast<size_t>(v) - ncclNumOps;
+  if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": invalid reduction op " + std::to_string(v) +
+                    " (not built-in and not created on this communicator)", comm);
+  if (comm->userOps[idx].dt != dt)
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: reduction op {} was created for datatype {} but the call uses {}",
+                            fn, v, typeName(comm->userOps[idx].dt), typeName(dt)), comm);
+  return ncclSuccess;
+}
+
+double readScalar(const void* p, ncclDataType_t dt) {
+  using namespace tutti;
+  switch (dt) {
+    case ncclInt8: return *static_cast<const int8_t*>(p);
+    case ncclUint8: return *static_cast<const uint8_t*>(p);
+    case ncclInt32: return *static_cast<const int32_t*>(p);
+    case ncclUint32: return *static_cast<const uint32_t*>(p);
+    case ncclInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case ncclUint64: return static_cast<double>(*static_cast<const uint64_t*>(p));
+    case ncclFloat16: return cpu::halfToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat32: return *static_cast<const float*>(p);
+    case ncclFloat64: return *static_cast<const double*>(p);
+    case ncclBfloat16: return cpu::bf16ToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat8e4m3: return cpu::fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
+    case ncclFloat8e5m2: return cpu::fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
+    default: return 0;
+  }
+}
+
+algo::ReduceSpec makeSpec(ncclComm* comm, ncclDataType_t dt, ncclRedOp_t op) {
+  algo::ReduceSpec s;
+  s.dt = static_cast<tutti::DataType>(dt);
+  int v = static_cast<int>(op);
+  if (v == ncclAvg) {
+    if (tutti::isFloating(s.dt)) {
+      s.op = tutti::RedOp::kPreMulSum;
+      s.scalar = 1.0 / comm->nranks;
+    } else {
+      s.op = tutti::RedOp::kSum;
+      s.divisor = comm->nranks;
+    }
+  } else if (v < ncclNumOps) {
+    s.op = static_cast<tutti::RedOp>(v);
+  } else {
+    const auto& u = comm->userOps[v - ncclNumOps];
+    s.op = tutti::RedOp::kPreMulSum;
+    s.scalar = u.residence == ncclScalarHostImmediate ? u.value : readScalar(u.ptr, u.dt);
+  }
+  return s;
+}
+
+bool isReducing(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kReduce ||
+         c == Collective::kReduceScatter;
+}
+
+// Validates and records one operation; runs it unless inside a group.
+ncclResult_t enqueue(const char* fn, PendingOp op);
+ncclResult_t groupEndImpl();
+
+ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv,
+                        size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
+                        ncclComm_t comm) {
+  ncclResult_t rc = checkComm(comm, fn);
+  if (rc != ncclSuccess) return rc;
+  if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
+  if (isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
+  const int n = comm->nranks, r = comm->rank;
+  bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
+                coll == Collective::kGather || coll == Collective::kScatter;
+  bool p2p = coll == Collective::kSend || coll == Collective::kRecv;
+  if ((rooted || p2p) && (root < 0 || root >= n))
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: invalid {} {} (communicator has {} ranks)", fn,
+                            p2p ? "peer" : "root", root, n), comm);
+  size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(dt));
+  size_t factor = (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
+                   coll == Collective::kAllToAll || coll == Collective::kGather ||
+                   coll == Collective::kScatter) ? static_cast<size_t>(n) : 1;
+  if (count > 0 && count > SIZE_MAX / es / factor)
+    return fail(ncclInvalidArgument, fmt::format("{}: count {} overflows the address space", fn,
+                                                 count), comm);
+  if (count > 0) {
+    bool needSend = true, needRecv = true;
+    switch (coll) {
+      case Collective::kBroadcast: needSend = r == root; break;
+      case Collective::kReduce: needRecv = r == root; break;
+      case Collective::kGather: needRecv = r == root; break;
+      case Collective::kScatter: needSend = r == root; break;
+      case Collective::kSend: needRecv = false; break;
+      case Collective::kRecv: needSend = false; break;
+      default: break;
+    }
+    if (needSend && !send)
+      return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
+    if (needRecv && !recv)
+      return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
+  }
+  TUTTI_INFO(tutti::log::kColl, "{}: opCount ? sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
+             fn, send, static_cast<void*>(recv), count, typeName(dt), static_cast<int>(op), root,
+             static_cast<void*>(comm), n);
+  return enqueue(fn, PendingOp{comm, coll, send, recv, count, dt, op, root});
+}
+
+ncclResult_t enqueue(const char*, PendingOp op) {
+  t_group.ops.push_back(op);
+  if (t_group.depth > 0) return ncclSuccess;
+  return groupEndImpl();
+}
+
+bool inPlaceOf(const PendingOp& o, size_t es) {
+  auto s = reinterpret_cast<uintptr_t>(o.send), d = reinterpret_cast<uintptr_t>(o.recv);
+  size_t blk = o.count * es;
+  int r = o.comm->rank;
+  switch (o.coll) {
+    case Collective::kAllGather: return s == d + r * blk;
+    case Collective::kReduceScatter: return d == s + r * blk;
+    case Collective::kGather: return s == d + r * blk;
+    case Collective::kScatter: return d == s + r * blk;
+    default: return s == d;
+  }
+}
+
+const char* forcedAlgo() {
+  static std::string algo = tutti::params::getStr("NCCL_ALGO", "");
+  return algo.c_str();
+}
+
+// Builds the work of one communicator for the operations of a group.
+Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core::Work* w) {
+  w->comm = comm->impl.get();
+  const size_t chunk = comm->impl->chunkBytes();
+  // Instance 0 holds every point-to-point operation of the group (absolute
+  // addresses); collectives follow in call order, so both sides of any pair
+  // agree on instance numbers whatever the interleaving.
+  algo::Schedule p2p;
+  p2p.spec.dt = tutti::DataType::kUint8;
+  p2p.algorithm = "p2p";
+  std::map<int, uint64_t> sendK, recvK;
+  std::vector<const PendingOp*> selfSends, selfRecvs;
+  w->schedules.push_back(algo::Schedule());
+  w->buffers.push_back({nullptr, nullptr, nullptr});
+  w->descriptions.push_back("p2p");
+  std::vector<size_t> scratchOff;
+  size_t scratchTotal = 0;
+  for (const PendingOp* o : ops) {
+    size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o->dt));
+    size_t bytes = o->count * es;
+    if (o->coll == Collective::kSend || o->coll == Collective::kRecv) {
+      if (bytes == 0) continue;
+      int peer = o->root;
+      if (peer == comm->rank) {
+        (o->coll == Collective::kSend ? selfSends : selfRecvs).push_back(o);
+        continue;
+      }
+      if (o->coll == Collective::kSend)
+        algo::appendSend(&p2p, peer, sendK[peer]++ << 32,
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->send)}, bytes, chunk);
+      else
+        algo::appendRecv(&p2p, peer, recvK[peer]++ << 32,
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->recv)}, bytes, chunk);
+      continue;
+    }
+    if (o->count == 0) continue;
+    algo::CollArgs a;
+    a.coll = o->coll;
+    a.rank = comm->rank;
+    a.nranks = comm->nranks;
+    a.count = o->count;
+    a.elemSize = es;
+    a.spec = isReducing(o->coll) ? makeSpec(comm, o->dt, o->op) : algo::ReduceSpec{};
+    a.spec.dt = static_cast<tutti::DataType>(o->dt);
+    a.root = o->root;
+    a.inPlace = inPlaceOf(*o, es);
+    a.chunkBytes = chunk;
+    algo::Schedule s = algo::makeSchedule(a);
+    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}",
+               algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks,
+               s.algorithm, forcedAlgo()[0] ? " (NCCL_ALGO ignored: only ring/chain here)" : "");
+    scratchOff.push_back(scratchTotal);
+    scratchTotal += (s.scratchBytes + 63) / 64 * 64;
+    w->schedules.push_back(std::move(s));
+    w->buffers.push_back({static_cast<uint8_t*>(const_cast<void*>(o->send)),
+                          static_cast<uint8_t*>(o->recv), nullptr});
+    w->descriptions.push_back(algo::collectiveName(o->coll));
+  }
+  if (selfSends.size() != selfRecvs.size())
+    return tutti::invalidUsage(fmt::format(
+        "group has {} send(s) to self but {} receive(s) from self", selfSends.size(),
+        selfRecvs.size()));
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    size_t sb = selfSends[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfSends[i]->dt));
+    size_t rb = selfRecvs[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfRecvs[i]->dt));
+    if (sb != rb)
+      return tutti::invalidUsage(fmt::format("send to self of {} bytes matched with a receive of {} bytes", sb, rb));
+    p2p.local.push_back({algo::LocalKind::kCopy,
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfRecvs[i]->recv)},
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfSends[i]->send)}, sb});
+  }
+  w->schedules[0] = std::move(p2p);
+  if (scratchTotal) {
+    TUTTI_ASSIGN_OR_RETURN(uint8_t * base, comm->impl->scratch(scratchTotal));
+    for (size_t i = 1; i < w->schedules.size(); ++i) w->buffers[i][2] = base + scratchOff[i - 1];
+  }
+  return Status::ok();
+}
+
+void runInit(ncclComm* c) {
+  tutti::log::setThreadRank(c->rank);
+  auto res = core::Comm::create(c->id, c->rank, c->nranks, c->config);
+  if (!res) {
+    fail(static_cast<ncclResult_t>(res.status().code()),
+         fmt::format("ncclCommInitRank: rank {} of {}: {}", c->rank, c->nranks,
+                     res.status().message()), c);
+    c->initState.store(static_cast<int>(res.status().code()));
+    return;
+  }
+  c->impl = std::move(res.value());
+  c->initState.store(ncclSuccess);
+}
+
+ncclResult_t groupEndImpl() {
+  GroupState g = std::move(t_group);
+  t_group = GroupState();
+  ncclResult_t result = g.deferred;
+  // 1. Initialisations, concurrently (one thread may init every rank).
+  if (g.inits.size() == 1) {
+    runInit(g.inits[0]);
+  } else if (g.inits.size() > 1) {
+    std::vector<std::thread> threads;
+    for (ncclComm* c : g.inits) threads.emplace_back(runInit, c);
+    for (auto& t : threads) t.join();
+  }
+  for (ncclComm* c : g.inits)
+    if (c->initState.load() != ncclSuccess && result == ncclSuccess)
+      result = static_cast<ncclResult_t>(c->initState.load());
+  if (g.ops.empty()) return result;
+  if (result != ncclSuccess) return result;
+  // 2. Operations, per communicator in first-use order.
+  std::vector<ncclComm*> comms;
+  std::map<ncclComm*, std::vector<const PendingOp*>> byComm;
+  for (const auto& o : g.ops) {
+    if (!byComm.count(o.comm)) comms.push_back(o.comm);
+    byComm[o.comm].push_back(&o);
+  }
+  for (ncclComm* c : comms) {
+    ncclResult_t rc = checkComm(c, "ncclGroupEnd");
+    if (rc != ncclSuccess) return rc;
+  }
+  std::vector<ncclComm*> lockOrder = comms;
+  std::sort(lockOrder.begin(), lockOrder.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (ncclComm* c : lockOrder) locks.emplace_back(c->impl->mutex());
+  std::vector<core::Work> works(comms.size());
+  std::vector<core::Work*> ptrs;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    tutti::log::setThreadRank(comms[i]->rank);
+    Status st = buildWork(comms[i], byComm[comms[i]], &works[i]);
+    if (!st) return fromStatus(st, comms[i]);
+    ptrs.push_back(&works[i]);
+  }
+  Status st = core::execute(ptrs);
+  if (!st) {
+    // Name the communicator whose error it is.
+    for (ncclComm* c : comms)
+      if (!c->impl->error().isOk()) return fromStatus(c->impl->error(), c);
+    return fromStatus(st, comms[0]);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id,
+                      int rank, const ncclConfig_t* config) {
+  logVersionOnce();
+  if (!out) return fail(ncclInvalidArgument, std::string(fn) + ": comm pointer is NULL");
+  *out = nullptr;
+  if (nranks < 1)
+    return fail(ncclInvalidArgument, fmt::format("{}: invalid nranks {}", fn, nranks));
+  if (rank < 0 || rank >= nranks)
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: invalid rank {} (nranks is {})", fn, rank, nranks));
+  auto parsed = core::parseUniqueId(reinterpret_cast<const uint8_t*>(id.internal));
+  if (!parsed) return fail(ncclInvalidArgument, std::string(fn) + ": " + parsed.status().message());
+  core::CommConfig cfg;
+  if (config) {
+    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
+      return fail(ncclInvalidArgument,
+                  std::string(fn) + ": config was not initialised with NCCL_CONFIG_INITIALIZER");
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+      if (config->blocking != 0 && config->blocking != 1)
+        return fail(ncclInvalidArgument,
+                    fmt::format("{}: config blocking={} (must be 0 or 1)", fn, config->blocking));
+      cfg.blocking = config->blocking == 1;
+    }
+    if (config->commName) cfg.name = config->commName;
+    if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) cfg.minChannels = config->minCTAs;
+    if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) cfg.maxChannels = config->maxCTAs;
+  }
+  auto* c = new ncclComm();
+  c->nranks = nranks;
+  c->rank = rank;
+  c->id = parsed.value();
+  c->config = cfg;
+  tutti::capi::registerComm(c);
+  *out = c;
+  if (t_group.depth > 0) {
+    t_group.inits.push_back(c);
+    return ncclSuccess;
+  }
+  if (!cfg.blocking) {
+    c->initThread = std::thread(runInit, c);
+    return ncclInProgress;
+  }
+  runInit(c);
+  return static_cast<ncclResult_t>(c->initState.load());
+}
+
+void destroyComm(ncclComm* c, bool abort) {
+  if (c->initThread.joinable()) {
+    if (abort && c->impl) c->impl->abort();
+    c->initThread.join();
+  }
+  tutti::capi::unregisterComm(c);
+  if (c->impl && abort) c->impl->abort();
+  c->magic = 0;
+  delete c;
+}
+
+}  // namespace
+
+// ---- version, ids, errors ------------------------------------------------------
+
+TUTTI_API ncclResult_t ncclGetVersion(int* version) {
+  if (!version) return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+TUTTI_PNCCL(ncclGetVersion)
+
+TUTTI_API ncclResult_t tuttiGetVersion(int* version) {
+  if (!version) return fail(ncclInvalidArgument, "tuttiGetVersion: version is NULL");
+  *version = TUTTI_VERSION_MAJOR * 10000 + TUTTI_VERSION_MINOR * 100 + TUTTI_VERSION_PATCH;
+  return ncclSuccess;
+}
+
+TUTTI_API const char* tuttiGetVersionString(void) { return TUTTI_VERSION_STRING; }
+
+TUTTI_API const char* tuttiLibraryPath(void) {
+  static std::string path = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&tuttiLibraryPath), &info) && info.dli_fname)
+      return std::string(info.dli_fname);
+    return std::string();
+  }();
+  return path.c_str();
+}
+
+TUTTI_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return guard("ncclGetUniqueId", [&] {
+    logVersionOnce();
+    if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+    memset(uniqueId, 0, sizeof(*uniqueId));
+    return fromStatus(
+        core::createUniqueId(reinterpret_cast<uint8_t*>(uniqueId->internal))
+            .withContext("ncclGetUniqueId"));
+  });
+}
+TUTTI_PNCCL(ncclGetUniqueId)
+
+TUTTI_API const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the tutti developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+TUTTI_PNCCL(ncclGetErrorString)
+
+TUTTI_API const char* ncclGetLastError(ncclComm_t comm) { return tutti::capi::lastError(comm); }
+TUTTI_PNCCL(ncclGetLastError)
+
+// ---- communicators -----------------------------------------------------------
+
+TUTTI_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                        int rank) {
+  return guard("ncclCommInitRank",
+               [&] { return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr); });
+}
+TUTTI_PNCCL(ncclCommInitRank)
+
+TUTTI_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                              int rank, ncclConfig_t* config) {
+  return guard("ncclCommInitRankConfig", [&] {
+    return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+  });
+}
+TUTTI_PNCCL(ncclCommInitRankConfig)
+
+TUTTI_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                int nId, ncclUniqueId* commIds,
+                                                ncclConfig_t* config) {
+  return guard("ncclCommInitRankScalable", [&] {
+    if (nId < 1 || !commIds)
+      return fail(ncclInvalidArgument, "ncclCommInitRankScalable: need nId >= 1 and commIds");
+    // Every rank registers with the first root; the others stay unused.
+    return initRank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank, config);
+  });
+}
+TUTTI_PNCCL(ncclCommInitRankScalable)
+
+TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guard("ncclCommInitAll", [&] {
+    (void)devlist;  // host ranks: device ids are recorded nowhere
+    if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+    if (ndev < 1) return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
+    ncclUniqueId id;
+    ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) return rc;
+    rc = ncclGroupStart();
+    if (rc != ncclSuccess) return rc;
+    for (int i = 0; i < ndev; ++i) {
+      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr);
+      if (rc != ncclSuccess) t_group.deferred = rc;
+    }
+    rc = ncclGroupEnd();
+    if (rc != ncclSuccess) {
+      for (int i = 0; i < ndev; ++i)
+        if (comms[i]) { destroyComm(comms[i], true); comms[i] = nullptr; }
+    }
+    return rc;
+  });
+}
+TUTTI_PNCCL(ncclCommInitAll)
+
+TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                     ncclConfig_t* config) {
+  return guard("ncclCommSplit", [&]() -> ncclResult_t {
+    ncclResult_t rc = checkComm(comm, "ncclCommSplit");
+    if (rc != ncclSuccess) return rc;
+    if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL", comm);
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+      return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
+    *newcomm = nullptr;
+    std::unique_lock<std::mutex> lk(comm->impl->mutex());
+    core::Bootstrap& bs = comm->impl->bootstrap();
+    const int n = comm->nranks;
+    struct Entry { int32_t color, key, rank, pad; };
+    std::vector<Entry> all(n);
+    all[comm->rank] = {color, key, comm->rank, 0};
+    Status st = bs.allGather(all.data(), sizeof(Entry));
+    if (!st) return fromStatus(st.withContext("ncclCommSplit"), comm);
+    uint64_t seq = comm->splitSeq++;
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    std::vector<Entry> mine;
+    for (auto& e : all)
+      if (e.color == color) mine.push_back(e);
+    std::stable_sort(mine.begin(), mine.end(), [](const Entry& a, const Entry& b) {
+      return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+    });
+    int newRank = 0;
+    for (size_t i = 0; i < mine.size(); ++i)
+      if (mine[i].rank == comm->rank) newRank = static_cast<int>(i);
+    uint64_t tag = (3ull << 60) | (seq << 20);
+    ncclUniqueId id;
+    if (newRank == 0) {
+      st = core::createUniqueId(reinterpret_cast<uint8_t*>(id.internal));
+      if (!st) return fromStatus(st.withContext("ncclCommSplit"), comm);
+      for (size_t i = 1; i < mine.size(); ++i) {
+        st = bs.send(mine[i].rank, tag, &id, sizeof(id));
+        if (!st) return fromStatus(st.withContext("ncclCommSplit"), comm);
+      }
+    } else {
+      auto got = bs.recv(mine[0].rank, tag);
+      if (!got) return fromStatus(got.status().withContext("ncclCommSplit"), comm);
+      if (got->size() != sizeof(id)) return fail(ncclInternalError, "ncclCommSplit: bad id", comm);
+      memcpy(&id, got->data(), sizeof(id));
+    }
+    lk.unlock();
+    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+    inherit.blocking = comm->config.blocking ? 1 : 0;
+    return initRank("ncclCommSplit", newcomm, static_cast<int>(mine.size()), id, newRank,
+                    config ? config : &inherit);
+  });
+}
+TUTTI_PNCCL(ncclCommSplit)
+
+TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guard("ncclCommFinalize", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommFinalize", false);
+    if (rc != ncclSuccess) return rc;
+    // Every operation on the host path has completed when its call returned,
+    // so there is nothing left to flush.
+    comm->finalized = true;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommFinalize)
+
+TUTTI_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guard("ncclCommDestroy", [&] {
+    if (!comm) return ncclSuccess;  // like NCCL: destroying NULL is a no-op
+    ncclResult_t rc = checkComm(comm, "ncclCommDestroy", false);
+    if (rc != ncclSuccess) return rc;
+    destroyComm(comm, false);
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommDestroy)
+
+TUTTI_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guard("ncclCommAbort", [&] {
+    if (!comm) return ncclSuccess;
+    ncclResult_t rc = checkComm(comm, "ncclCommAbort", false);
+    if (rc != ncclSuccess) return rc;
+    destroyComm(comm, true);
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommAbort)
+
+TUTTI_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guard("ncclCommGetAsyncError", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommGetAsyncError", false);
+    if (rc != ncclSuccess) return rc;
+    if (!asyncError)
+      return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL", comm);
+    int st = comm->initState.load();
+    if (st != ncclSuccess) {
+      if (st != ncclInProgress && comm->initThread.joinable()) comm->initThread.join();
+      *asyncError = static_cast<ncclResult_t>(st);
+      return ncclSuccess;
+    }
+    if (comm->initThread.joinable()) comm->initThread.join();
+    *asyncError = static_cast<ncclResult_t>(comm->impl->asyncErrorCode());
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommGetAsyncError)
+
+TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return guard("ncclCommCount", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommCount", false);
+    if (rc != ncclSuccess) return rc;
+    if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL", comm);
+    *count = comm->nranks;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommCount)
+
+TUTTI_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guard("ncclCommCuDevice", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommCuDevice", false);
+    if (rc != ncclSuccess) return rc;
+    if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL", comm);
+    *device = 0;  // host communicators report device 0 (docs/api.md)
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommCuDevice)
+
+TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guard("ncclCommUserRank", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommUserRank", false);
+    if (rc != ncclSuccess) return rc;
+    if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL", comm);
+    *rank = comm->rank;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommUserRank)
+
+// ---- reduction ops, memory, registration ----------------------------------------
+
+TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                                ncclDataType_t datatype,
+                                                ncclScalarResidence_t residence, ncclComm_t comm) {
+  return guard("ncclRedOpCreatePreMulSum", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclRedOpCreatePreMulSum");
+    if (rc != ncclSuccess) return rc;
+    if (!op) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL", comm);
+    if (!scalar) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL", comm);
+    if ((rc = checkDtype(datatype, "ncclRedOpCreatePreMulSum", comm)) != ncclSuccess) return rc;
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+      return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid scalar residence", comm);
+    ncclComm::UserOp u{true, datatype, residence, scalar,
+                       residence == ncclScalarHostImmediate ? readScalar(scalar, datatype) : 0.0};
+    size_t idx = 0;
+    while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
+    if (idx == comm->userOps.size()) comm->userOps.push_back(u);
+    else comm->userOps[idx] = u;
+    *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(idx));
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclRedOpCreatePreMulSum)
+
+TUTTI_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return guard("ncclRedOpDestroy", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclRedOpDestroy", false);
+    if (rc != ncclSuccess) return rc;
+    int v = static_cast<int>(op);
+    if (v >= 0 && v < ncclNumOps)
+      return fail(ncclInvalidArgument,
+                  fmt::format("ncclRedOpDestroy: op {} is built-in and cannot be destroyed", v), comm);
+    size_t idx = static_cast<size_t>(v) - ncclNumOps;
+    if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
+      return fail(ncclInvalidArgument,
+                  fmt::format("ncclRedOpDestroy: op {} was not created on this communicator", v), comm);
+    comm->userOps[idx].live = false;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclRedOpDestroy)
+
+TUTTI_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return guard("ncclMemAlloc", [&] {
+    if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return ncclSuccess;
+    void* p = nullptr;
+    int rc = posix_memalign(&p, 4096, size);
+    if (rc != 0 || !p)
+      return fail(ncclSystemError, fmt::format("ncclMemAlloc: cannot allocate {} bytes", size));
+    *ptr = p;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclMemAlloc)
+
+TUTTI_API ncclResult_t ncclMemFree(void* ptr) {
+  free(ptr);
+  return ncclSuccess;
+}
+TUTTI_PNCCL(ncclMemFree)
+
+TUTTI_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                        void** handle) {
+  return guard("ncclCommRegister", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommRegister");
+    if (rc != ncclSuccess) return rc;
+    if (!handle) return fail(ncclInvalidArgument, "ncclCommRegister: handle is NULL", comm);
+    if (!buff && size) return fail(ncclInvalidArgument, "ncclCommRegister: buff is NULL", comm);
+    // Host memory needs no registration for shm/TCP; the handle records the
+    // range so later transports (RDMA) can register it.
+    auto* h = new std::pair<void*, size_t>(buff, size);
+    comm->registrations.insert(h);
+    *handle = h;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommRegister)
+
+TUTTI_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guard("ncclCommDeregister", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommDeregister", false);
+    if (rc != ncclSuccess) return rc;
+    if (!comm->registrations.erase(handle))
+      return fail(ncclInvalidArgument,
+                  "ncclCommDeregister: handle was not returned by ncclCommRegister on this "
+                  "communicator (or was already deregistered)", comm);
+    delete static_cast<std::pair<void*, size_t>*>(handle);
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommDeregister)
+
+// ---- collectives and point-to-point ---------------------------------------------
+
+TUTTI_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t) {
+  return guard("ncclAllReduce", [&] {
+    return collective("ncclAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count, datatype,
+                      op, 0, comm);
+  });
+}
+TUTTI_PNCCL(ncclAllReduce)
+
+TUTTI_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t) {
+  return guard("ncclBroadcast", [&] {
+    return collective("ncclBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count, datatype,
+                      ncclSum, root, comm);
+  });
+}
+TUTTI_PNCCL(ncclBroadcast)
+
+TUTTI_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+TUTTI_PNCCL(ncclBcast)
+
+TUTTI_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                  ncclComm_t comm, cudaStream_t) {
+  return guard("ncclReduce", [&] {
+    return collective("ncclReduce", Collective::kReduce, sendbuff, recvbuff, count, datatype, op,
+                      root, comm);
+  });
+}
+TUTTI_PNCCL(ncclReduce)
+
+TUTTI_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return guard("ncclAllGather", [&] {
+    return collective("ncclAllGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
+                      datatype, ncclSum, 0, comm);
+  });
+}
+TUTTI_PNCCL(ncclAllGather)
+
+TUTTI_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                         cudaStream_t) {
+  return guard("ncclReduceScatter", [&] {
+    return collective("ncclReduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
+                      recvcount, datatype, op, 0, comm);
+  });
+}
+TUTTI_PNCCL(ncclReduceScatter)
+
+TUTTI_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+  return guard("ncclAlltoAll", [&] {
+    return collective("ncclAlltoAll", Collective::kAllToAll, sendbuff, recvbuff, count, datatype,
+                      ncclSum, 0, comm);
+  });
+}
+TUTTI_PNCCL(ncclAlltoAll)
+
+TUTTI_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t) {
+  return guard("ncclGather", [&] {
+    return collective("ncclGather", Collective::kGather, sendbuff, recvbuff, count, datatype,
+                      ncclSum, root, comm);
+  });
+}
+TUTTI_PNCCL(ncclGather)
+
+TUTTI_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t) {
+  return guard("ncclScatter", [&] {
+    return collective("ncclScatter", Collective::kScatter, sendbuff, recvbuff, count, datatype,
+                      ncclSum, root, comm);
+  });
+}
+TUTTI_PNCCL(ncclScatter)
+
+TUTTI_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                int peer, ncclComm_t comm, cudaStream_t) {
+  return guard("ncclSend", [&] {
+    return collective("ncclSend", Collective::kSend, sendbuff, nullptr, count, datatype, ncclSum,
+                      peer, comm);
+  });
+}
+TUTTI_PNCCL(ncclSend)
+
+TUTTI_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                ncclComm_t comm, cudaStream_t) {
+  return guard("ncclRecv", [&] {
+    return collective("ncclRecv", Collective::kRecv, nullptr, recvbuff, count, datatype, ncclSum,
+                      peer, comm);
+  });
+}
+TUTTI_PNCCL(ncclRecv)
+
+TUTTI_API ncclResult_t ncclGroupStart() {
+  t_group.depth++;
+  return ncclSuccess;
+}
+TUTTI_PNCCL(ncclGroupStart)
+
+TUTTI_API ncclResult_t ncclGroupEnd() {
+  return guard("ncclGroupEnd", [&] {
+    if (t_group.depth <= 0)
+      return fail(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+    if (--t_group.depth > 0) return ncclSuccess;
+    return groupEndImpl();
+  });
+}
+TUTTI_PNCCL(ncclGroupEnd)

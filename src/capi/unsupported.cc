@@ -1,0 +1,253 @@
+// NCCL 2.28 entry points tutti does not implement yet.
+//
+// Contract: every function NVIDIA's libnccl.so.2 exports exists in tutti with
+// the same signature, so programs and frameworks that merely link (or dlsym)
+// one of these still load and run. Each one here fails cleanly: it records
+// "<fn> is not supported by tutti yet" as the last error (ncclGetLastError,
+// per thread and per communicator when one is given) and returns
+// ncclInvalidUsage. Functions whose return type is not ncclResult_t return a
+// neutral value, documented per function, and still record the error.
+// Out-parameters that hand back a new object (communicator, window) are set
+// to NULL so a caller that ignores the error does not use garbage.
+//
+// The exception is ncclResetDebugInit (and NVIDIA's internal twin
+// ncclResetDebugInitInternal), which works: it re-reads the logging
+// environment. docs/api.md lists every function and its status.
+//
+// Nothing here blocks or allocates beyond the error message.
+
+#include <cstdint>
+#include <string>
+
+#include "capi/errors.h"
+#include "capi/export.h"
+#include "core/log.h"
+#include "nccl.h"
+
+namespace tutti::capi::devapi {
+
+// Host-side types of NVIDIA's device API (nccl_device/core.h), declared here
+// rather than in nccl.h. Only what the exported signatures need: the team is
+// passed and returned by value, so its layout must match exactly (three ints,
+// returned in registers on x86-64); everything else crosses as a pointer and
+// stays incomplete.
+struct Team {
+  int nRanks;
+  int rank;
+  int stride;
+};
+static_assert(sizeof(Team) == 12 && alignof(Team) == 4, "ncclTeam_t layout");
+
+struct DevComm;                  // ncclDevComm_t
+struct DevCommRequirements;      // ncclDevCommRequirements_t
+struct DevResourceRequirements;  // ncclDevResourceRequirements_t
+struct LsaBarrierHandle;         // ncclLsaBarrierHandle_t
+struct GinBarrierHandle;         // ncclGinBarrierHandle_t
+struct LLA2AHandle;              // ncclLLA2AHandle_t
+
+// Neutral answers of the non-ncclResult_t functions.
+constexpr Team kEmptyTeam{0, 0, 0};
+constexpr int kNoRank = -1;
+
+}  // namespace tutti::capi::devapi
+
+namespace {
+
+using tutti::capi::fail;
+using tutti::capi::guard;
+namespace devapi = tutti::capi::devapi;
+
+ncclResult_t notSupported(const char* fn, ncclComm_t comm = nullptr) {
+  return fail(ncclInvalidUsage, std::string(fn) + " is not supported by tutti yet", comm);
+}
+
+// For functions without an ncclResult_t: record the error, ignore the code.
+void noteNotSupported(const char* fn, ncclComm_t comm = nullptr) {
+  (void)guard(fn, [&] { return notSupported(fn, comm); });
+}
+
+}  // namespace
+
+// ---- Communicator management ------------------------------------------------------
+
+// Fault-tolerance revoke: not supported (ncclCommAbort is the way to stop a
+// communicator in tutti today).
+TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  (void)revokeFlags;
+  return guard("ncclCommRevoke", [&] { return notSupported("ncclCommRevoke", comm); });
+}
+TUTTI_PNCCL(ncclCommRevoke)
+
+// Not supported; *newcomm is set to NULL.
+TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  (void)excludeRanksList;
+  (void)excludeRanksCount;
+  (void)config;
+  (void)shrinkFlags;
+  return guard("ncclCommShrink", [&] {
+    if (newcomm != nullptr) *newcomm = nullptr;
+    return notSupported("ncclCommShrink", comm);
+  });
+}
+TUTTI_PNCCL(ncclCommShrink)
+
+// ---- Symmetric memory windows ------------------------------------------------------
+
+// Not supported; *win is set to NULL.
+TUTTI_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                              ncclWindow_t* win, int winFlags) {
+  (void)buff;
+  (void)size;
+  (void)winFlags;
+  return guard("ncclCommWindowRegister", [&] {
+    if (win != nullptr) *win = nullptr;
+    return notSupported("ncclCommWindowRegister", comm);
+  });
+}
+TUTTI_PNCCL(ncclCommWindowRegister)
+
+TUTTI_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  (void)win;
+  return guard("ncclCommWindowDeregister",
+               [&] { return notSupported("ncclCommWindowDeregister", comm); });
+}
+TUTTI_PNCCL(ncclCommWindowDeregister)
+
+// ---- Groups --------------------------------------------------------------------------
+
+// Not supported: simInfo is left untouched. NOTE: the enclosing group is not
+// ended by this call; callers must still end it with ncclGroupEnd.
+TUTTI_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  (void)simInfo;
+  return guard("ncclGroupSimulateEnd", [&] { return notSupported("ncclGroupSimulateEnd"); });
+}
+TUTTI_PNCCL(ncclGroupSimulateEnd)
+
+// ---- Logging --------------------------------------------------------------------------
+
+// Declared deprecated in nccl.h (as in NVIDIA's header); defining and aliasing
+// it here is not a use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+// Works: re-reads NCCL_DEBUG / NCCL_DEBUG_SUBSYS / NCCL_DEBUG_FILE.
+TUTTI_API void ncclResetDebugInit(void) {
+  (void)guard("ncclResetDebugInit", [] {
+    tutti::log::reset();
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclResetDebugInit)
+
+// NVIDIA's library exports this internal helper (without a pnccl twin) and
+// some tools call it directly; same behaviour as ncclResetDebugInit.
+TUTTI_API void ncclResetDebugInitInternal(void) {
+  (void)guard("ncclResetDebugInitInternal", [] {
+    tutti::log::reset();
+    return ncclSuccess;
+  });
+}
+
+#pragma GCC diagnostic pop
+
+// ---- Device API (host side of nccl_device.h) --------------------------------------------
+
+TUTTI_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const devapi::DevCommRequirements* reqs,
+                                         devapi::DevComm* outDevComm) {
+  (void)reqs;
+  (void)outDevComm;
+  return guard("ncclDevCommCreate", [&] { return notSupported("ncclDevCommCreate", comm); });
+}
+TUTTI_PNCCL(ncclDevCommCreate)
+
+TUTTI_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const devapi::DevComm* devComm) {
+  (void)devComm;
+  return guard("ncclDevCommDestroy", [&] { return notSupported("ncclDevCommDestroy", comm); });
+}
+TUTTI_PNCCL(ncclDevCommDestroy)
+
+// Not supported: returns the empty team {nRanks 0, rank 0, stride 0}.
+TUTTI_API devapi::Team ncclTeamWorld(ncclComm_t comm) {
+  noteNotSupported("ncclTeamWorld", comm);
+  return devapi::kEmptyTeam;
+}
+TUTTI_PNCCL(ncclTeamWorld)
+
+// Not supported: returns the empty team.
+TUTTI_API devapi::Team ncclTeamLsa(ncclComm_t comm) {
+  noteNotSupported("ncclTeamLsa", comm);
+  return devapi::kEmptyTeam;
+}
+TUTTI_PNCCL(ncclTeamLsa)
+
+// Not supported: returns the empty team.
+TUTTI_API devapi::Team ncclTeamRail(ncclComm_t comm) {
+  noteNotSupported("ncclTeamRail", comm);
+  return devapi::kEmptyTeam;
+}
+TUTTI_PNCCL(ncclTeamRail)
+
+// Not supported: returns -1 (no such rank) rather than 0, which is a valid rank.
+TUTTI_API int ncclTeamRankToWorld(ncclComm_t comm, devapi::Team team, int rank) {
+  (void)team;
+  (void)rank;
+  noteNotSupported("ncclTeamRankToWorld", comm);
+  return devapi::kNoRank;
+}
+TUTTI_PNCCL(ncclTeamRankToWorld)
+
+// Not supported: returns -1 (no such rank).
+TUTTI_API int ncclTeamRankToLsa(ncclComm_t comm, devapi::Team team, int rank) {
+  (void)team;
+  (void)rank;
+  noteNotSupported("ncclTeamRankToLsa", comm);
+  return devapi::kNoRank;
+}
+TUTTI_PNCCL(ncclTeamRankToLsa)
+
+TUTTI_API ncclResult_t ncclLsaBarrierCreateRequirement(devapi::Team team, int nBarriers,
+                                                       devapi::LsaBarrierHandle* outHandle,
+                                                       devapi::DevResourceRequirements* outReq) {
+  (void)team;
+  (void)nBarriers;
+  (void)outHandle;
+  (void)outReq;
+  return guard("ncclLsaBarrierCreateRequirement",
+               [] { return notSupported("ncclLsaBarrierCreateRequirement"); });
+}
+TUTTI_PNCCL(ncclLsaBarrierCreateRequirement)
+
+TUTTI_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, devapi::Team team,
+                                                       int nBarriers,
+                                                       devapi::GinBarrierHandle* outHandle,
+                                                       devapi::DevResourceRequirements* outReq) {
+  (void)team;
+  (void)nBarriers;
+  (void)outHandle;
+  (void)outReq;
+  return guard("ncclGinBarrierCreateRequirement",
+               [&] { return notSupported("ncclGinBarrierCreateRequirement", comm); });
+}
+TUTTI_PNCCL(ncclGinBarrierCreateRequirement)
+
+// Not supported: returns 0 slots.
+TUTTI_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
+  (void)maxElts;
+  (void)maxEltSize;
+  noteNotSupported("ncclLLA2ACalcSlots");
+  return 0;
+}
+TUTTI_PNCCL(ncclLLA2ACalcSlots)
+
+TUTTI_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
+                                                  devapi::LLA2AHandle* outHandle,
+                                                  devapi::DevResourceRequirements* outReq) {
+  (void)nBlocks;
+  (void)nSlots;
+  (void)outHandle;
+  (void)outReq;
+  return guard("ncclLLA2ACreateRequirement",
+               [] { return notSupported("ncclLLA2ACreateRequirement"); });
+}
+TUTTI_PNCCL(ncclLLA2ACreateRequirement)

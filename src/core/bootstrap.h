@@ -1,0 +1,129 @@
+// Bootstrap: how the ranks of a communicator find each other.
+//
+// Contract
+// - createUniqueId() fills the 128-byte ncclUniqueId with the address of a
+//   root listener (started on a background thread of the calling process)
+//   and a fresh 32-byte random secret. With NCCL_COMM_ID="host:port" the id
+//   names that address instead and rank 0 starts the root inside init; the
+//   secret is then derived from the address and TUTTI_BOOTSTRAP_SECRET (set it
+//   to the same value on every rank to keep strangers out).
+// - Bootstrap::init() registers this rank with the root, receives every
+//   rank's PeerInfo, and opens this rank's own listener for point-to-point
+//   control messages. Every connection, to the root or to a peer, starts with
+//   a hello carrying the secret; a connection that does not prove it is
+//   dropped before anything else is read.
+// - Every blocking call has a deadline (TUTTI_INIT_TIMEOUT for init, default
+//   120 s) and notices the abort flag; a rank that never joins is named in the
+//   error of every rank that did.
+// - send/recv are point-to-point control messages keyed by (peer, tag),
+//   delivered in order per (peer, tag); allGather/barrier are built on them and
+//   must be called by every rank in the same order.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/transport.h"
+
+namespace tutti::core {
+
+constexpr size_t kUniqueIdBytes = 128;
+constexpr size_t kSecretBytes = 32;
+
+// Layout of the bytes inside ncclUniqueId.
+struct UniqueIdData {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t flags;  // kIdRootByRank0
+  uint64_t rootHostId;
+  uint16_t family;
+  uint16_t port;
+  uint8_t ip[16];
+  uint8_t secret[kSecretBytes];
+  uint64_t nonce;  // identifies the communicator (shm names, logs)
+  uint8_t reserved[kUniqueIdBytes - 80];
+};
+static_assert(sizeof(UniqueIdData) == kUniqueIdBytes, "UniqueIdData must be 128 bytes");
+constexpr uint32_t kIdMagic = 0x54555454;  // "TTUT"
+constexpr uint16_t kIdRootByRank0 = 1;
+
+// What every rank tells every other at init. Plain data: it crosses processes.
+struct PeerInfo {
+  int32_t rank;
+  int32_t pid;
+  uint64_t hostId;
+  uint16_t family;
+  uint16_t port;  // bootstrap listener
+  uint8_t ip[16];  // address towards other hosts
+  char hostname[64];
+  int32_t nranks;
+  int32_t reserved;
+};
+static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
+
+// This process's host identity: TUTTI_HOST_ID if set, else hostname + boot id.
+uint64_t localHostId();
+std::string localHostName();
+
+Status createUniqueId(uint8_t out[kUniqueIdBytes]);
+Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
+
+class Bootstrap : public transport::ControlChannel {
+ public:
+  static Result<std::unique_ptr<Bootstrap>> init(const UniqueIdData& id, int rank, int nranks,
+                                                 const std::atomic<bool>* abortFlag);
+  ~Bootstrap() override;
+
+  Status send(int peer, uint64_t tag, const void* data, size_t bytes) override;
+  Result<std::vector<uint8_t>> recv(int peer, uint64_t tag) override;
+  // data holds nranks blocks of `bytes`; this rank's block must be filled.
+  Status allGather(void* data, size_t bytes);
+  Status barrier();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  const uint8_t* secret() const { return id_.secret; }
+  const UniqueIdData& id() const { return id_; }
+  const net::SockAddr& localAddr() const { return localAddr_; }
+  // Deadline for control-plane waits started now.
+  net::Clock::time_point deadline() const;
+
+ private:
+  Bootstrap() = default;
+  Status start();
+  void serviceLoop();
+  Result<net::Socket*> peerSocket(int peer);
+  net::SockAddr peerAddr(int peer) const;
+
+  UniqueIdData id_{};
+  int rank_ = -1;
+  int nranks_ = 0;
+  double timeoutSec_ = 120;
+  const std::atomic<bool>* abortFlag_ = nullptr;
+  std::vector<PeerInfo> peers_;
+  net::SockAddr localAddr_;
+  net::Socket listener_;
+
+  std::thread service_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, uint64_t>, std::deque<std::vector<uint8_t>>> mailbox_;
+  std::vector<std::string> serviceErrors_;
+
+  std::mutex sendMu_;
+  std::map<int, net::Socket> out_;
+  uint64_t collSeq_ = 0;
+};
+
+}  // namespace tutti::core

@@ -1,0 +1,179 @@
+#include "core/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "core/params.h"
+
+namespace tutti::core {
+
+Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
+                                           const CommConfig& config,
+                                           std::atomic<bool>* externalAbort) {
+  std::unique_ptr<Comm> c(new Comm());
+  c->rank_ = rank;
+  c->nranks_ = nranks;
+  c->config_ = config;
+  c->externalAbort_ = externalAbort;
+  log::setThreadRank(rank);
+
+  int64_t buff = params::getInt("NCCL_BUFFSIZE", 4 << 20);
+  if (buff < (64 << 10)) buff = 64 << 10;
+  c->bufferBytes_ = static_cast<size_t>(buff);
+  int64_t chunk = params::getInt("TUTTI_CHUNK_SIZE", 512 << 10);
+  chunk = std::clamp<int64_t>(chunk, 4 << 10, buff / 2);
+  c->chunkBytes_ = static_cast<size_t>(chunk);
+  c->timeoutSec_ = static_cast<double>(params::getInt("TUTTI_TIMEOUT", 300));
+
+  int64_t nch = params::getInt("TUTTI_NCHANNELS", 2);
+  int64_t minCh = params::getInt("NCCL_MIN_NCHANNELS", 1);
+  int64_t maxCh = params::getInt("NCCL_MAX_NCHANNELS", 32);
+  if (config.minChannels > 0) minCh = std::max<int64_t>(minCh, config.minChannels);
+  if (config.maxChannels > 0) maxCh = std::min<int64_t>(maxCh, config.maxChannels);
+  nch = std::clamp<int64_t>(nch, std::max<int64_t>(1, minCh), std::max<int64_t>(1, maxCh));
+  c->nChannels_ = static_cast<int>(std::clamp<int64_t>(nch, 1, 16));
+
+  std::string throttle = params::getStr("TUTTI_TEST_THROTTLE", "");
+  if (!throttle.empty()) {
+    auto colon = throttle.find(':');
+    if (colon != std::string::npos) {
+      c->throttledChannel_ = std::atoi(throttle.substr(0, colon).c_str());
+      c->throttleUs_ = std::atoi(throttle.substr(colon + 1).c_str());
+    }
+  }
+
+  TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));
+  c->shm_ = transport::makeShmTransport();
+  c->tcp_ = transport::makeTcpTransport();
+  c->channels_.resize(nranks);
+  for (auto& v : c->channels_) v.resize(c->nChannels_);
+  c->pairSeq_.assign(nranks, 0);
+
+  if (nranks > 1) {
+    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
+    TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
+  }
+  int nodes = 0;
+  {
+    std::vector<uint64_t> hosts;
+    for (int r = 0; r < nranks; ++r) hosts.push_back(c->peer(r).hostId);
+    std::sort(hosts.begin(), hosts.end());
+    nodes = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+  }
+  TUTTI_INFO(log::kInit,
+             "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
+             "via {} - Init COMPLETE",
+             c->commHash(), rank, nranks, nodes, c->nChannels_, c->chunkBytes_, c->bufferBytes_,
+             (rank + 1) % nranks, nranks > 1 ? c->transportName((rank + 1) % nranks) : "self");
+  return c;
+}
+
+Comm::~Comm() {
+  abort_.store(true);
+  channels_.clear();
+  bootstrap_.reset();
+}
+
+std::string Comm::describePeer(int r) const {
+  const PeerInfo& p = peer(r);
+  return fmt::format("rank {} (host {}, pid {})", r, p.hostname, p.pid);
+}
+
+const char* Comm::transportName(int peer) const {
+  if (peer == rank_) return "self";
+  const auto& ch = channels_[peer];
+  if (!ch.empty() && ch[0].conn) return ch[0].conn->name();
+  return sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false) ? "shm" : "tcp";
+}
+
+Status Comm::ensureConnected(std::vector<int> peers) {
+  // Global order of pairs (min, max): every rank walks the pairs it needs in
+  // the same order, so the lowest unconnected pair always makes progress.
+  std::sort(peers.begin(), peers.end(), [this](int a, int b) {
+    auto key = [this](int p) { return std::make_pair(std::min(p, rank_), std::max(p, rank_)); };
+    return key(a) < key(b);
+  });
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  for (int p : peers) {
+    if (p == rank_ || channels_[p][0].conn) continue;
+    TUTTI_RETURN_IF_ERROR(connectPair(p));
+  }
+  return Status::ok();
+}
+
+Status Comm::connectPair(int peer) {
+  bool shm = sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false);
+  transport::Transport* t = shm ? shm_.get() : tcp_.get();
+  for (int ch = 0; ch < nChannels_; ++ch) {
+    transport::ConnectContext ctx;
+    ctx.rank = rank_;
+    ctx.peer = peer;
+    ctx.channel = ch;
+    ctx.isLower = rank_ < peer;
+    ctx.peerSameHost = sameHost(peer);
+    ctx.commHash = commHash();
+    ctx.secret = bootstrap_->secret();
+    ctx.bufferBytes = bufferBytes_;
+    ctx.control = bootstrap_.get();
+    ctx.deadline = bootstrap_->deadline();
+    ctx.abortFlag = &abort_;
+    uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
+    ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
+    ctx.localIfAddr = bootstrap_->localAddr().str();
+    // localAddr().str() is "ip:port"; the transport wants the address only.
+    auto colon = ctx.localIfAddr.rfind(':');
+    if (colon != std::string::npos) ctx.localIfAddr.resize(colon);
+    if (!ctx.localIfAddr.empty() && ctx.localIfAddr.front() == '[')
+      ctx.localIfAddr = ctx.localIfAddr.substr(1, ctx.localIfAddr.size() - 2);
+    auto conn = t->connect(ctx);
+    if (!conn)
+      return conn.status().withContext(fmt::format("connecting to {} over {} (channel {})",
+                                                   describePeer(peer), t->name(), ch));
+    channels_[peer][ch].conn = std::move(conn.value());
+  }
+  TUTTI_INFO(log::kInit, "connected to {} over {} ({} channels)", describePeer(peer), t->name(),
+             nChannels_);
+  return Status::ok();
+}
+
+Result<uint8_t*> Comm::scratch(size_t bytes) {
+  if (bytes > scratchCap_) {
+    scratch_.reset();
+    scratchCap_ = 0;
+    scratch_.reset(new (std::nothrow) uint8_t[bytes]);
+    if (!scratch_) return systemError(fmt::format("cannot allocate {} bytes of scratch", bytes));
+    scratchCap_ = bytes;
+  }
+  return scratch_.get();
+}
+
+void Comm::abort() {
+  // Only the flag: the thread driving this communicator sees it within one
+  // progress iteration (or one 50 ms slice of a control-plane wait).
+  abort_.store(true);
+}
+
+void Comm::setError(const Status& st) {
+  std::lock_guard<std::mutex> lk(errMu_);
+  if (error_.isOk() && !st.isOk()) {
+    error_ = st;
+    asyncError_.store(static_cast<int>(st.code()));
+  }
+}
+
+Status Comm::error() const {
+  std::lock_guard<std::mutex> lk(errMu_);
+  return error_;
+}
+
+std::vector<uint64_t> Comm::channelMessages() const {
+  std::vector<uint64_t> out(nChannels_, 0);
+  for (auto& v : channels_)
+    for (int c = 0; c < nChannels_ && c < static_cast<int>(v.size()); ++c)
+      out[c] += v[c].messagesSent;
+  return out;
+}
+
+}  // namespace tutti::core

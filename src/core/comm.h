@@ -1,0 +1,129 @@
+// The communicator: one rank's view of a group of ranks.
+//
+// Contract
+// - Created collectively (every rank calls create() with the same id and
+//   nranks); returns once every rank has joined and this rank's ring
+//   neighbours are connected on every channel, or with an error naming the
+//   rank(s) that did not show up within TUTTI_INIT_TIMEOUT.
+// - Connections are made per (peer, channel) on first need, in a global
+//   order of rank pairs, so ranks that connect lazily never deadlock.
+// - API calls on one communicator are serialised by its mutex; abort() may be
+//   called from any thread at any time and every wait notices it.
+// - After an error during a collective the communicator is broken: its async
+//   error is set and every later operation fails fast with that error.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/status.h"
+#include "core/transport.h"
+
+namespace tutti::core {
+
+struct CommConfig {
+  bool blocking = true;
+  std::string name;
+  int minChannels = -1;
+  int maxChannels = -1;
+};
+
+// Wire header preceding every data message.
+struct MsgHeader {
+  uint64_t seq;    // per (sender, receiver) pair: which group/collective
+  uint32_t inst;   // which schedule of the group
+  uint32_t bytes;  // payload bytes
+  uint64_t tag;    // message within the schedule
+};
+static_assert(sizeof(MsgHeader) == 24, "MsgHeader is wire format");
+
+// Per-connection receive state that outlives one collective: a header read
+// for a later collective stays parked here until that collective runs.
+struct RecvState {
+  MsgHeader hdr{};
+  size_t hdrGot = 0;
+  bool haveHeader = false;
+};
+
+struct Channel {
+  std::unique_ptr<transport::Connection> conn;
+  RecvState rx;
+  std::vector<uint8_t> staging;  // incoming payload of a reducing receive
+  uint64_t messagesSent = 0;  // statistics: chunks this channel carried
+  uint64_t bytesSent = 0;
+};
+
+class Comm {
+ public:
+  static Result<std::unique_ptr<Comm>> create(const UniqueIdData& id, int rank, int nranks,
+                                              const CommConfig& config,
+                                              std::atomic<bool>* externalAbort = nullptr);
+  ~Comm();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int nChannels() const { return nChannels_; }
+  const CommConfig& config() const { return config_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  const PeerInfo& peer(int r) const { return bootstrap_->peers()[r]; }
+  bool sameHost(int r) const { return peer(r).hostId == peer(rank_).hostId; }
+  uint64_t commHash() const { return bootstrap_->id().nonce; }
+  std::string describePeer(int r) const;
+
+  // Connects to `peers` on every channel (no-op for those already connected).
+  Status ensureConnected(std::vector<int> peers);
+  Channel& channel(int peer, int ch) { return channels_[peer][ch]; }
+  const char* transportName(int peer) const;
+  uint64_t nextSeq(int peer) { return pairSeq_[peer]++; }
+
+  // Per-operation scratch memory owned by the communicator (grown on demand).
+  Result<uint8_t*> scratch(size_t bytes);
+
+  std::mutex& mutex() { return mu_; }
+  void abort();
+  bool aborted() const { return abort_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>* abortFlag() const { return &abort_; }
+  // Records the first error; later operations fail fast with it.
+  void setError(const Status& st);
+  Status error() const;
+  int asyncErrorCode() const { return asyncError_.load(); }
+
+  size_t chunkBytes() const { return chunkBytes_; }
+  size_t bufferBytes() const { return bufferBytes_; }
+  double timeoutSec() const { return timeoutSec_; }
+  // Testing: channel `throttledChannel_` may start a message at most every
+  // `throttleUs_` microseconds (TUTTI_TEST_THROTTLE="channel:us").
+  int throttledChannel() const { return throttledChannel_; }
+  int throttleUs() const { return throttleUs_; }
+
+  std::vector<uint64_t> channelMessages() const;
+
+ private:
+  Comm() = default;
+  Status connectPair(int peer);
+
+  int rank_ = -1, nranks_ = 0, nChannels_ = 1;
+  CommConfig config_;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<transport::Transport> shm_, tcp_;
+  std::vector<std::vector<Channel>> channels_;  // [peer][channel]
+  std::vector<uint64_t> pairSeq_;
+  std::unique_ptr<uint8_t[]> scratch_;
+  size_t scratchCap_ = 0;
+  size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20;
+  double timeoutSec_ = 300;
+  int throttledChannel_ = -1, throttleUs_ = 0;
+  std::mutex mu_;
+  std::atomic<bool> abort_{false};
+  std::atomic<bool>* externalAbort_ = nullptr;
+  mutable std::mutex errMu_;
+  Status error_;
+  std::atomic<int> asyncError_{0};
+};
+
+}  // namespace tutti::core

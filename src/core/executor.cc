@@ -1,0 +1,409 @@
+#include "core/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "backends/cpu/kernels.h"
+#include "core/log.h"
+
+namespace tutti::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kHdr = sizeof(MsgHeader);
+
+struct Key {
+  int peer;
+  uint32_t inst;
+  uint64_t tag;
+  bool operator==(const Key& o) const { return peer == o.peer && inst == o.inst && tag == o.tag; }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = k.tag * 0x9E3779B97F4A7C15ull;
+    h ^= (static_cast<uint64_t>(k.peer) << 32 | k.inst) + 0x7F4A7C159E3779B9ull + (h << 6);
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Out {
+  int64_t send = -1;  // flat send index
+  MsgHeader hdr{};
+  size_t hdrSent = 0, paySent = 0;
+  Clock::time_point nextStart{};  // throttling (tests)
+};
+
+struct In {
+  int64_t recv = -1;  // flat recv index
+  size_t payGot = 0, reduced = 0;
+};
+
+struct PeerRun {
+  int peer;
+  uint64_t seq;
+  std::deque<uint32_t> ready;
+  size_t recvsLeft = 0, sendsLeft = 0;
+  std::vector<Out> out;  // per channel
+  std::vector<In> in;    // per channel
+};
+
+struct FlatRef {
+  uint32_t inst, idx;
+};
+
+class Run {
+ public:
+  explicit Run(Work* w) : w_(w), c_(w->comm) {}
+
+  Status start();
+  // One pass over every connection; sets *progress when anything moved.
+  Status pass(bool* progress);
+  bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0; }
+  Status checkStalled(Clock::time_point lastProgress);
+  void collectFds(std::vector<pollfd>* fds, bool* allPollable);
+
+ private:
+  uint8_t* addr(uint32_t inst, const algo::Ref& r) const {
+    if (r.buf == algo::Buf::kAbs) return reinterpret_cast<uint8_t*>(r.off);
+    return w_->buffers[inst][static_cast<int>(r.buf)] + r.off;
+  }
+  Status progressSend(PeerRun& p, int ch, bool* progress);
+  Status progressRecv(PeerRun& p, int ch, bool* progress);
+  Status completeRecv(PeerRun& p, uint32_t flat);
+  Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
+
+  Work* w_;
+  Comm* c_;
+  std::vector<FlatRef> sends_, recvs_;
+  std::vector<std::vector<uint32_t>> waiters_;  // per flat recv: flat sends
+  std::unordered_map<Key, uint32_t, KeyHash> recvIndex_;
+  std::vector<PeerRun> peers_;
+  std::vector<int> slot_;  // rank -> index in peers_
+  size_t sendsLeft_ = 0, recvsLeft_ = 0;
+};
+
+void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
+              const algo::ReduceSpec& spec) {
+  size_t es = dataTypeSize(spec.dt);
+  switch (st.kind) {
+    case algo::LocalKind::kCopy:
+      if (dst != src) memmove(dst, src, st.bytes);
+      break;
+    case algo::LocalKind::kScale:
+      cpu::scale(dst, src, st.bytes / es, spec.dt, spec.scalar);
+      break;
+    case algo::LocalKind::kDivide:
+      cpu::divide(dst, src, st.bytes / es, spec.dt, spec.divisor);
+      break;
+  }
+}
+
+Status Run::start() {
+  slot_.assign(c_->nranks(), -1);
+  std::vector<int> peerList;
+  for (auto& s : w_->schedules)
+    for (int p : s.peers)
+      if (slot_[p] < 0) {
+        slot_[p] = static_cast<int>(peers_.size());
+        peers_.push_back(PeerRun{p, 0, {}, 0, 0, {}, {}});
+        peerList.push_back(p);
+      }
+  TUTTI_RETURN_IF_ERROR(c_->ensureConnected(peerList));
+  for (auto& p : peers_) {
+    p.seq = c_->nextSeq(p.peer);
+    p.out.resize(c_->nChannels());
+    p.in.resize(c_->nChannels());
+  }
+  for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
+    const auto& s = w_->schedules[i];
+    for (uint32_t k = 0; k < s.recvs.size(); ++k) {
+      const auto& r = s.recvs[k];
+      uint32_t flat = static_cast<uint32_t>(recvs_.size());
+      recvs_.push_back({i, k});
+      if (!recvIndex_.emplace(Key{r.peer, i, r.tag}, flat).second)
+        return internalError("schedule has a duplicate receive tag");
+      peers_[slot_[r.peer]].recvsLeft++;
+    }
+  }
+  waiters_.resize(recvs_.size());
+  std::vector<uint32_t> recvBase;
+  uint32_t base = 0;
+  for (auto& s : w_->schedules) {
+    recvBase.push_back(base);
+    base += static_cast<uint32_t>(s.recvs.size());
+  }
+  for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
+    const auto& s = w_->schedules[i];
+    for (const auto& st : s.local) runLocal(st, addr(i, st.dst), addr(i, st.src), s.spec);
+    for (uint32_t k = 0; k < s.sends.size(); ++k) {
+      const auto& sd = s.sends[k];
+      uint32_t flat = static_cast<uint32_t>(sends_.size());
+      sends_.push_back({i, k});
+      peers_[slot_[sd.peer]].sendsLeft++;
+      if (sd.waitRecv < 0)
+        peers_[slot_[sd.peer]].ready.push_back(flat);
+      else
+        waiters_[recvBase[i] + sd.waitRecv].push_back(flat);
+    }
+  }
+  sendsLeft_ = sends_.size();
+  recvsLeft_ = recvs_.size();
+  return Status::ok();
+}
+
+Status Run::unexpected(const PeerRun& p, const MsgHeader& h, const char* why) {
+  return invalidUsage(fmt::format(
+      "{} from {} (message {}:{} of {} bytes): the ranks called collectives in a different "
+      "order or with different counts, datatypes or roots",
+      why, c_->describePeer(p.peer), h.inst, h.tag, h.bytes));
+}
+
+Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
+  Out& o = p.out[ch];
+  Channel& chan = c_->channel(p.peer, ch);
+  for (;;) {
+    if (o.send < 0) {
+      if (p.ready.empty()) return Status::ok();
+      if (ch == c_->throttledChannel()) {
+        auto now = Clock::now();
+        if (now < o.nextStart) return Status::ok();
+        o.nextStart = now + std::chrono::microseconds(c_->throttleUs());
+      }
+      uint32_t flat = p.ready.front();
+      p.ready.pop_front();
+      const auto& sd = w_->schedules[sends_[flat].inst].sends[sends_[flat].idx];
+      o.send = flat;
+      o.hdr = MsgHeader{p.seq, sends_[flat].inst, static_cast<uint32_t>(sd.bytes), sd.tag};
+      o.hdrSent = o.paySent = 0;
+    }
+    const auto& sd = w_->schedules[sends_[o.send].inst].sends[sends_[o.send].idx];
+    if (o.hdrSent < kHdr) {
+      auto n = chan.conn->trySend(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
+                                  kHdr - o.hdrSent);
+      if (!n) return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      if (*n) *progress = true;
+      o.hdrSent += *n;
+      if (o.hdrSent < kHdr) return Status::ok();
+    }
+    if (o.paySent < sd.bytes) {
+      const uint8_t* src = addr(sends_[o.send].inst, sd.src);
+      auto n = chan.conn->trySend(src + o.paySent, sd.bytes - o.paySent);
+      if (!n) return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      if (*n) *progress = true;
+      o.paySent += *n;
+      if (o.paySent < sd.bytes) return Status::ok();
+    }
+    chan.messagesSent++;
+    chan.bytesSent += sd.bytes;
+    o.send = -1;
+    p.sendsLeft--;
+    sendsLeft_--;
+    *progress = true;
+  }
+}
+
+Status Run::completeRecv(PeerRun& p, uint32_t flat) {
+  const auto& sched = w_->schedules[recvs_[flat].inst];
+  const auto& r = sched.recvs[recvs_[flat].idx];
+  if (r.finalize) {
+    uint8_t* dst = addr(recvs_[flat].inst, r.dst);
+    cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt,
+                sched.spec.divisor);
+  }
+  p.recvsLeft--;
+  recvsLeft_--;
+  for (uint32_t s : waiters_[flat]) {
+    const auto& sd = w_->schedules[sends_[s].inst].sends[sends_[s].idx];
+    peers_[slot_[sd.peer]].ready.push_back(s);
+  }
+  return Status::ok();
+}
+
+Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
+  In& in = p.in[ch];
+  Channel& chan = c_->channel(p.peer, ch);
+  RecvState& rx = chan.rx;
+  for (;;) {
+    if (!rx.haveHeader) {
+      auto n = chan.conn->tryRecv(reinterpret_cast<uint8_t*>(&rx.hdr) + rx.hdrGot,
+                                  kHdr - rx.hdrGot);
+      if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      if (*n) *progress = true;
+      rx.hdrGot += *n;
+      if (rx.hdrGot < kHdr) return Status::ok();
+      rx.haveHeader = true;
+    }
+    if (in.recv < 0) {
+      if (rx.hdr.seq != p.seq) {
+        if (rx.hdr.seq > p.seq) return Status::ok();  // a later operation's: park it
+        return unexpected(p, rx.hdr, "stale message");
+      }
+      auto it = recvIndex_.find(Key{p.peer, rx.hdr.inst, rx.hdr.tag});
+      if (it == recvIndex_.end()) return unexpected(p, rx.hdr, "unexpected message");
+      const auto& r = w_->schedules[recvs_[it->second].inst].recvs[recvs_[it->second].idx];
+      if (r.bytes != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
+      in.recv = it->second;
+      in.payGot = in.reduced = 0;
+      if (r.action == algo::RecvAction::kReduce && chan.staging.size() < r.bytes)
+        chan.staging.resize(std::max(r.bytes, c_->chunkBytes()));
+    }
+    const uint32_t inst = recvs_[in.recv].inst;
+    const auto& sched = w_->schedules[inst];
+    const auto& r = sched.recvs[recvs_[in.recv].idx];
+    if (in.payGot < r.bytes) {
+      uint8_t* to = r.action == algo::RecvAction::kCopy ? addr(inst, r.dst) : chan.staging.data();
+      auto n = chan.conn->tryRecv(to + in.payGot, r.bytes - in.payGot);
+      if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      if (*n) *progress = true;
+      in.payGot += *n;
+    }
+    if (r.action == algo::RecvAction::kReduce) {
+      // Reduce whole elements as they arrive, so the reduction overlaps the transfer.
+      const size_t es = dataTypeSize(sched.spec.dt);
+      size_t upto = in.payGot / es * es;
+      if (upto > in.reduced && (upto - in.reduced >= (64 << 10) || in.payGot == r.bytes)) {
+        size_t cnt = (upto - in.reduced) / es;
+        uint8_t* dst = addr(inst, r.dst) + in.reduced;
+        const uint8_t* local = addr(inst, r.local) + in.reduced;
+        const uint8_t* incoming = chan.staging.data() + in.reduced;
+        if (sched.spec.op == RedOp::kPreMulSum)
+          cpu::preMulReduce(dst, incoming, local, cnt, sched.spec.dt, sched.spec.scalar);
+        else
+          cpu::reduce(dst, incoming, local, cnt, sched.spec.dt, sched.spec.op);
+        in.reduced = upto;
+      }
+    }
+    if (in.payGot < r.bytes) return Status::ok();
+    uint32_t flat = static_cast<uint32_t>(in.recv);
+    in.recv = -1;
+    rx.haveHeader = false;
+    rx.hdrGot = 0;
+    *progress = true;
+    TUTTI_RETURN_IF_ERROR(completeRecv(p, flat));
+  }
+}
+
+Status Run::pass(bool* progress) {
+  for (auto& p : peers_) {
+    if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
+    for (int ch = 0; ch < c_->nChannels(); ++ch) {
+      if (p.sendsLeft) TUTTI_RETURN_IF_ERROR(progressSend(p, ch, progress));
+      if (p.recvsLeft) TUTTI_RETURN_IF_ERROR(progressRecv(p, ch, progress));
+    }
+  }
+  return Status::ok();
+}
+
+Status Run::checkStalled(Clock::time_point lastProgress) {
+  if (c_->aborted()) return invalidUsage("communicator aborted");
+  for (auto& p : peers_) {
+    if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
+    for (int ch = 0; ch < c_->nChannels(); ++ch) {
+      Status st = c_->channel(p.peer, ch).conn->checkAlive();
+      if (!st) return st.withContext(c_->describePeer(p.peer));
+    }
+  }
+  double idle = std::chrono::duration<double>(Clock::now() - lastProgress).count();
+  if (idle < c_->timeoutSec()) return Status::ok();
+  std::string waiting;
+  for (auto& p : peers_)
+    if (p.recvsLeft || p.sendsLeft)
+      waiting += fmt::format("{}{} ({} receives, {} sends pending)", waiting.empty() ? "" : "; ",
+                             c_->describePeer(p.peer), p.recvsLeft, p.sendsLeft);
+  return remoteError(fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) waiting on {}", idle,
+                                 waiting));
+}
+
+void Run::collectFds(std::vector<pollfd>* fds, bool* allPollable) {
+  for (auto& p : peers_) {
+    if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
+    for (int ch = 0; ch < c_->nChannels(); ++ch) {
+      int fd = c_->channel(p.peer, ch).conn->waitHint();
+      if (fd < 0) {
+        *allPollable = false;
+        continue;
+      }
+      short ev = 0;
+      if (p.recvsLeft) ev |= POLLIN;
+      if (p.out[ch].send >= 0 || !p.ready.empty()) ev |= POLLOUT;
+      fds->push_back({fd, ev, 0});
+    }
+  }
+}
+
+}  // namespace
+
+Status execute(std::vector<Work*>& work) {
+  std::vector<std::unique_ptr<Run>> runs;
+  for (Work* w : work) {
+    auto run = std::make_unique<Run>(w);
+    Status st = run->start();
+    if (!st) {
+      w->comm->setError(st);
+      return st;
+    }
+    runs.push_back(std::move(run));
+  }
+  auto lastProgress = Clock::now();
+  auto lastCheck = lastProgress;
+  uint64_t idleIters = 0;
+  std::vector<pollfd> fds;
+  for (;;) {
+    bool progress = false, allDone = true;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i]->done()) continue;
+      Status st = runs[i]->pass(&progress);
+      if (!st) {
+        work[i]->comm->setError(st);
+        return st;
+      }
+      if (!runs[i]->done()) allDone = false;
+    }
+    if (allDone) return Status::ok();
+    auto now = Clock::now();
+    if (progress) {
+      lastProgress = now;
+      idleIters = 0;
+      continue;
+    }
+    ++idleIters;
+    if (now - lastCheck > std::chrono::milliseconds(100)) {
+      lastCheck = now;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i]->done()) continue;
+        Status st = runs[i]->checkStalled(lastProgress);
+        if (!st) {
+          work[i]->comm->setError(st);
+          return st;
+        }
+      }
+    }
+    // Spin briefly, then yield the core, then sleep on the sockets (or a
+    // short nap for shared memory) so oversubscribed ranks still progress.
+    if (idleIters < 64) continue;
+    auto idleFor = now - lastProgress;
+    if (idleFor < std::chrono::microseconds(200)) {
+      sched_yield();
+      continue;
+    }
+    fds.clear();
+    bool allPollable = true;
+    for (auto& r : runs)
+      if (!r->done()) r->collectFds(&fds, &allPollable);
+    if (allPollable && !fds.empty()) {
+      ::poll(fds.data(), fds.size(), 1);
+    } else if (idleFor < std::chrono::milliseconds(5)) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+}  // namespace tutti::core

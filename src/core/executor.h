@@ -1,0 +1,30 @@
+// The executor: runs schedules over the transports and the CPU backend.
+//
+// Contract: execute() drives every schedule of every communicator in `work`
+// to completion on the calling thread (a group over several communicators of
+// one process progresses them together, so ranks driven by one thread cannot
+// deadlock each other). It returns when all are done, or with the first
+// error: a peer that closed its connection or died, no progress for the
+// communicator's timeout (the error names the ranks still awaited), or an
+// abort. Waiting spins briefly, then yields, then sleeps (polling sockets),
+// so ranks that outnumber cores still progress.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "core/comm.h"
+
+namespace tutti::core {
+
+struct Work {
+  Comm* comm = nullptr;
+  std::vector<algo::Schedule> schedules;
+  std::vector<std::array<uint8_t*, 3>> buffers;  // per schedule: send, recv, scratch
+  std::vector<std::string> descriptions;         // for errors and logs
+};
+
+Status execute(std::vector<Work*>& work);
+
+}  // namespace tutti::core

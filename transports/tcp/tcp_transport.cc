@@ -1,0 +1,344 @@
+#include "transports/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "core/log.h"
+#include "transports/handshake_util.h"
+#include "transports/tcp/socket_util.h"
+
+namespace tutti::transport::tcp {
+namespace {
+
+constexpr const char* kName = "TCP";
+constexpr uint64_t kHelloMagic = 0x74757474695443ull;  // "CTitut"
+constexpr uint64_t kAckMagic = 0x7475747469544341ull;
+constexpr uint64_t kTagEndpoint = 0;
+constexpr size_t kMaxPending = 64;
+
+struct Hello {
+  uint64_t magic;
+  uint8_t secret[32];
+  int32_t rank;
+  int32_t channel;
+};
+static_assert(std::is_trivially_copyable_v<Hello> && sizeof(Hello) == 48);
+
+struct HelloAck {
+  uint64_t magic;
+  int32_t rank;
+  int32_t channel;
+};
+static_assert(std::is_trivially_copyable_v<HelloAck> && sizeof(HelloAck) == 16);
+
+// Closes an fd on scope exit unless released.
+class FdGuard {
+ public:
+  explicit FdGuard(int fd = -1) : fd_(fd) {}
+  ~FdGuard() { reset(); }
+  FdGuard(FdGuard&& o) noexcept : fd_(o.release()) {}
+  FdGuard& operator=(FdGuard&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+Result<SockAddr> listenAddress(const ConnectContext& ctx) {
+  const int fam = preferredFamily();
+  if (ctx.peerSameHost || ctx.localIfAddr.empty()) return loopback(fam);
+  TUTTI_ASSIGN_OR_RETURN(SockAddr a, parseIp(ctx.localIfAddr, 0));
+  if (fam != AF_UNSPEC && a.family() != fam) {
+    TUTTI_WARN("TCP: NCCL_SOCKET_FAMILY asks for {} but the local address {} is not; using it",
+               fam == AF_INET ? "AF_INET" : "AF_INET6", ctx.localIfAddr);
+  }
+  return a;
+}
+
+struct Pending {
+  FdGuard fd;
+  Hello hello{};
+  size_t got = 0;
+  std::string from;
+};
+
+// Reads what is available of the hello. Returns 1 when complete, 0 when more
+// is needed, -1 when the connection is dead.
+int readHello(Pending& p) {
+  for (;;) {
+    ssize_t n = recv(p.fd.get(), reinterpret_cast<uint8_t*>(&p.hello) + p.got,
+                     sizeof(Hello) - p.got, MSG_DONTWAIT);
+    if (n > 0) {
+      p.got += static_cast<size_t>(n);
+      if (p.got == sizeof(Hello)) return 1;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    return -1;
+  }
+}
+
+bool helloValid(const Hello& h, const ConnectContext& ctx) {
+  bool ok = constantTimeEqual(h.secret, ctx.secret, sizeof(h.secret));
+  ok &= h.magic == kHelloMagic;
+  ok &= h.rank == ctx.peer;
+  ok &= h.channel == ctx.channel;
+  return ok;
+}
+
+Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
+  TUTTI_ASSIGN_OR_RETURN(SockAddr addr, listenAddress(ctx));
+  TUTTI_ASSIGN_OR_RETURN(int lfdRaw, newSocket(addr.family()));
+  FdGuard lfd(lfdRaw);
+  tuneSocket(lfd.get());  // accepted sockets inherit the buffer sizes
+  if (bind(lfd.get(), addr.sa(), addr.len) != 0) {
+    return errnoError(fmt::format("TCP: bind to {} for rank {}", formatEndpoint(addr), ctx.peer),
+                      errno);
+  }
+  if (listen(lfd.get(), 16) != 0) return errnoError("TCP: listen", errno);
+  SockAddr bound;
+  bound.len = sizeof(bound.storage);
+  if (getsockname(lfd.get(), bound.sa(), &bound.len) != 0) {
+    return errnoError("TCP: getsockname", errno);
+  }
+  const std::string endpoint = formatEndpoint(bound);
+  TUTTI_RETURN_IF_ERROR(detail::controlSend(ctx, kTagEndpoint, endpoint.data(), endpoint.size(),
+                                            kName, "sending listen address"));
+  TUTTI_INFO(log::kNet, "TCP: rank {} channel {} listening on {} for rank {}", ctx.rank,
+             ctx.channel, endpoint, ctx.peer);
+
+  std::vector<Pending> pending;
+  std::vector<pollfd> pfds;
+  for (;;) {
+    TUTTI_RETURN_IF_ERROR(detail::checkWait(
+        ctx, kName,
+        fmt::format("waiting for rank {} to connect to {}", ctx.peer, endpoint).c_str()));
+    pfds.clear();
+    pfds.push_back({lfd.get(), POLLIN, 0});
+    for (auto& p : pending) pfds.push_back({p.fd.get(), POLLIN, 0});
+    int rc = poll(pfds.data(), pfds.size(), detail::sliceMs(ctx));
+    if (rc < 0 && errno != EINTR) return errnoError("TCP: poll", errno);
+    if (rc <= 0) continue;
+
+    // Pending hellos first (pending[i] is pfds[i + 1]); keep the undecided ones.
+    size_t keep = 0;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      if (pfds[i + 1].revents != 0) {
+        int r = readHello(p);
+        if (r == 1 && helloValid(p.hello, ctx)) {
+          HelloAck ack{kAckMagic, ctx.rank, ctx.channel};
+          TUTTI_RETURN_IF_ERROR(sendAll(p.fd.get(), &ack, sizeof(ack), ctx, "sending hello ack"));
+          tuneSocket(p.fd.get());
+          TUTTI_INFO(log::kNet, "TCP: rank {} channel {} accepted rank {} from {}", ctx.rank,
+                     ctx.channel, ctx.peer, p.from);
+          return std::unique_ptr<Connection>(
+              std::make_unique<TcpConnection>(p.fd.release(), ctx.peer, ctx.channel));
+        }
+        if (r == 1) {
+          TUTTI_WARN(
+              "TCP: rank {} rejected a connection from {} claiming to be rank {}: bad hello "
+              "(wrong secret, rank or channel)",
+              ctx.rank, p.from, p.hello.rank);
+        }
+        if (r != 0) {
+          p.fd.reset();
+          continue;
+        }
+      }
+      if (keep != i) pending[keep] = std::move(p);
+      ++keep;
+    }
+    pending.erase(pending.begin() + keep, pending.end());
+
+    if (pfds[0].revents != 0) {
+      for (;;) {
+        SockAddr from;
+        from.len = sizeof(from.storage);
+        int fd = accept4(lfd.get(), from.sa(), &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          break;  // EAGAIN, or a transient error (EMFILE...): try again next slice
+        }
+        if (pending.size() >= kMaxPending) pending.erase(pending.begin());  // oldest goes
+        Pending p;
+        p.fd = FdGuard(fd);
+        p.from = formatEndpoint(from);
+        pending.push_back(std::move(p));
+      }
+    }
+  }
+}
+
+Result<std::unique_ptr<Connection>> connectHigher(const ConnectContext& ctx) {
+  TUTTI_ASSIGN_OR_RETURN(auto msg,
+                         detail::controlRecv(ctx, kTagEndpoint, kName, "waiting for the address"));
+  const std::string endpoint(msg.begin(), msg.end());
+  auto parsed = parseEndpoint(endpoint);
+  if (!parsed.isOk()) {
+    return parsed.status().withContext(fmt::format("TCP: address from rank {}", ctx.peer));
+  }
+  const SockAddr addr = parsed.value();
+  const std::string what = fmt::format("connecting to rank {} at {}", ctx.peer, endpoint);
+
+  FdGuard fd;
+  for (;;) {
+    TUTTI_RETURN_IF_ERROR(detail::checkWait(ctx, kName, what.c_str()));
+    TUTTI_ASSIGN_OR_RETURN(int raw, newSocket(addr.family()));
+    fd = FdGuard(raw);
+    tuneSocket(fd.get());
+    int err = 0;
+    if (::connect(fd.get(), addr.sa(), addr.len) != 0) {
+      err = errno;
+      if (err == EINPROGRESS || err == EINTR) {
+        for (;;) {
+          TUTTI_RETURN_IF_ERROR(detail::checkWait(ctx, kName, what.c_str()));
+          pollfd p{fd.get(), POLLOUT, 0};
+          int rc = poll(&p, 1, detail::sliceMs(ctx));
+          if (rc < 0 && errno != EINTR) return errnoError("TCP: poll", errno);
+          if (rc > 0) break;
+        }
+        socklen_t len = sizeof(err);
+        if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+    }
+    if (err == 0) break;
+    if (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == ECONNRESET) {
+      // Not listening (yet / any more) or the backlog is full: retry until the deadline.
+      fd.reset();
+      std::this_thread::sleep_for(std::chrono::milliseconds(detail::sliceMs(ctx)));
+      continue;
+    }
+    return errnoError(fmt::format("TCP: {}", what), err);
+  }
+
+  Hello hello{};
+  hello.magic = kHelloMagic;
+  std::memcpy(hello.secret, ctx.secret, sizeof(hello.secret));
+  hello.rank = ctx.rank;
+  hello.channel = ctx.channel;
+  TUTTI_RETURN_IF_ERROR(sendAll(fd.get(), &hello, sizeof(hello), ctx, "sending hello"));
+  HelloAck ack{};
+  Status st = recvAll(fd.get(), &ack, sizeof(ack), ctx, "waiting for hello ack");
+  if (!st.isOk()) {
+    if (st.code() == Code::kRemoteError && detail::checkWait(ctx, kName, "").isOk()) {
+      return remoteError(fmt::format(
+          "TCP: rank {} at {} dropped the connection during the handshake (secret mismatch?)",
+          ctx.peer, endpoint));
+    }
+    return st;
+  }
+  if (ack.magic != kAckMagic || ack.rank != ctx.peer || ack.channel != ctx.channel) {
+    return remoteError(
+        fmt::format("TCP: malformed hello ack from rank {} at {}", ctx.peer, endpoint));
+  }
+  TUTTI_INFO(log::kNet, "TCP: rank {} channel {} connected to rank {} at {}", ctx.rank, ctx.channel,
+             ctx.peer, endpoint);
+  return std::unique_ptr<Connection>(
+      std::make_unique<TcpConnection>(fd.release(), ctx.peer, ctx.channel));
+}
+
+}  // namespace
+
+TcpConnection::~TcpConnection() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status TcpConnection::abortedError() const {
+  return internalError(
+      fmt::format("TCP: connection to rank {} (channel {}) was aborted", peer_, channel_));
+}
+
+Status TcpConnection::ioError(int err, const char* op) const {
+  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ESHUTDOWN) {
+    return remoteError(
+        fmt::format("TCP: connection to rank {} (channel {}) closed by peer", peer_, channel_));
+  }
+  return errnoError(
+      fmt::format("TCP: {} on connection to rank {} (channel {})", op, peer_, channel_), err);
+}
+
+Result<size_t> TcpConnection::trySend(const void* data, size_t bytes) {
+  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
+  if (bytes == 0) return size_t{0};
+  for (;;) {
+    ssize_t n = send(fd_, data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return ioError(errno, "send");
+  }
+}
+
+Result<size_t> TcpConnection::tryRecv(void* data, size_t bytes) {
+  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
+  if (bytes == 0) return size_t{0};
+  for (;;) {
+    ssize_t n = recv(fd_, data, bytes, MSG_DONTWAIT);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) return ioError(ECONNRESET, "recv");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return ioError(errno, "recv");
+  }
+}
+
+Status TcpConnection::checkAlive() {
+  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
+  int soerr = 0;
+  socklen_t len = sizeof(soerr);
+  if (getsockopt(fd_, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr != 0) {
+    return ioError(soerr, "socket");
+  }
+  char b;
+  ssize_t n = recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return ioError(ECONNRESET, "recv");
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    return ioError(errno, "recv");
+  }
+  return Status::ok();
+}
+
+void TcpConnection::abort() {
+  aborted_.store(true, std::memory_order_relaxed);
+  shutdown(fd_, SHUT_RDWR);
+}
+
+Result<std::unique_ptr<Connection>> TcpTransport::connect(const ConnectContext& ctx) {
+  TUTTI_RETURN_IF_ERROR(detail::checkContext(ctx, kName));
+  if (ctx.secret == nullptr) return invalidArgument("TCP: no secret in the connect context");
+  auto r = ctx.isLower ? connectLower(ctx) : connectHigher(ctx);
+  if (!r.isOk()) TUTTI_INFO(log::kNet, "{}", r.status().message());
+  return r;
+}
+
+}  // namespace tutti::transport::tcp
+
+namespace tutti::transport {
+std::unique_ptr<Transport> makeTcpTransport() { return std::make_unique<tcp::TcpTransport>(); }
+}  // namespace tutti::transport

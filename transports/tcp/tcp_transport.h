@@ -1,0 +1,59 @@
+// The TCP transport: one stream socket per (pair, channel).
+//
+// Contract
+// - connect(): the lower rank listens on an ephemeral port (127.0.0.1 / ::1
+//   when ctx.peerSameHost or ctx.localIfAddr is empty, else ctx.localIfAddr)
+//   and sends "addr:port" through ctx.control (tag tagBase+0). The higher rank
+//   dials it, retrying refused connections until the deadline, and sends a
+//   Hello {magic, 32-byte secret, rank, channel}. The listener serves every
+//   pending connection concurrently, verifies the hello (constant-time
+//   secret compare, expected rank and channel), closes any that fail, keeps
+//   accepting until the deadline, and answers the good one with an ack.
+//   Nothing but the hello is read from a connection before it is verified.
+// - Every wait polls in slices of at most 10 ms, checking ctx.deadline and
+//   *ctx.abortFlag; errors name the peer rank.
+// - A TcpConnection owns its socket (non-blocking, TCP_NODELAY, MSG_NOSIGNAL
+//   sends). A peer that closes or resets yields RemoteError "connection to
+//   rank N closed by peer". abort() shuts the socket down (the peer sees a
+//   close); the descriptor is closed by the destructor only.
+// - waitHint() returns the socket: poll it for POLLIN/POLLOUT.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "core/transport.h"
+
+namespace tutti::transport::tcp {
+
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(int fd, int peer, int channel) : fd_(fd), peer_(peer), channel_(channel) {}
+  ~TcpConnection() override;
+  TcpConnection(const TcpConnection&) = delete;
+  TcpConnection& operator=(const TcpConnection&) = delete;
+
+  Result<size_t> trySend(const void* data, size_t bytes) override;
+  Result<size_t> tryRecv(void* data, size_t bytes) override;
+  int waitHint() const override { return fd_; }
+  Status checkAlive() override;
+  void abort() override;
+  const char* name() const override { return "TCP"; }
+
+ private:
+  Status ioError(int err, const char* op) const;
+  Status abortedError() const;
+
+  int fd_;
+  int peer_;
+  int channel_;
+  std::atomic<bool> aborted_{false};
+};
+
+class TcpTransport final : public Transport {
+ public:
+  const char* name() const override { return "TCP"; }
+  Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) override;
+};
+
+}  // namespace tutti::transport::tcp
