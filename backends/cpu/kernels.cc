@@ -14,9 +14,12 @@ namespace {
 
 const KernelTable& tableFor(KernelIsa isa) {
   switch (isa) {
-    case KernelIsa::kAvx512: return isa_avx512::kernelTable();
-    case KernelIsa::kAvx2: return isa_avx2::kernelTable();
-    default: return isa_generic::kernelTable();
+    case KernelIsa::kAvx512:
+      return isa_avx512::kernelTable();
+    case KernelIsa::kAvx2:
+      return isa_avx2::kernelTable();
+    default:
+      return isa_generic::kernelTable();
   }
 }
 
@@ -26,8 +29,10 @@ bool cpuHas(KernelIsa isa) {
   const bool f16c = __builtin_cpu_supports("f16c");
   const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
   switch (isa) {
-    case KernelIsa::kGeneric: return true;
-    case KernelIsa::kAvx2: return avx2;
+    case KernelIsa::kGeneric:
+      return true;
+    case KernelIsa::kAvx2:
+      return avx2;
     case KernelIsa::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -78,9 +83,12 @@ const KernelTable& table() {
 
 const char* isaName(KernelIsa isa) {
   switch (isa) {
-    case KernelIsa::kGeneric: return "generic";
-    case KernelIsa::kAvx2: return "avx2";
-    case KernelIsa::kAvx512: return "avx512";
+    case KernelIsa::kGeneric:
+      return "generic";
+    case KernelIsa::kAvx2:
+      return "avx2";
+    case KernelIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }

@@ -18,10 +18,12 @@
 
 #define TUTTI_CPU_ISA_NS isa_avx2
 #define TUTTI_CPU_F16C 1
+#define TUTTI_CPU_VEC 256
 #include "backends/cpu/float_formats_inl.h"
 #include "backends/cpu/kernel_loops.inc"
 #undef TUTTI_CPU_ISA_NS
 #undef TUTTI_CPU_F16C
+#undef TUTTI_CPU_VEC
 
 #pragma GCC pop_options
 

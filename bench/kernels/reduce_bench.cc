@@ -33,8 +33,12 @@ void fill(std::vector<uint8_t>& buf, DataType dt, uint32_t seed) {
     x = x * 1664525u + 1013904223u;
     const float v = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
     switch (dt) {
-      case DataType::kFloat32: std::memcpy(&buf[i * 4], &v, 4); break;
-      case DataType::kInt32: std::memcpy(&buf[i * 4], &x, 4); break;
+      case DataType::kFloat32:
+        std::memcpy(&buf[i * 4], &v, 4);
+        break;
+      case DataType::kInt32:
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
       case DataType::kFloat16: {
         const uint16_t h = tutti::cpu::floatToHalf(v);
         std::memcpy(&buf[i * 2], &h, 2);
@@ -45,7 +49,8 @@ void fill(std::vector<uint8_t>& buf, DataType dt, uint32_t seed) {
         std::memcpy(&buf[i * 2], &h, 2);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -67,8 +72,8 @@ void reduceSum(benchmark::State& state, DataType dt, KernelIsa isa) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * 3 * bytes);
-  state.counters["elems/s"] = benchmark::Counter(
-      static_cast<double>(count) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["elems/s"] = benchmark::Counter(static_cast<double>(count) * state.iterations(),
+                                                 benchmark::Counter::kIsRate);
 }
 
 void memcpyBaseline(benchmark::State& state) {
@@ -98,8 +103,7 @@ int registerAll() {
   for (KernelIsa isa : {KernelIsa::kGeneric, KernelIsa::kAvx2, KernelIsa::kAvx512}) {
     if (!tutti::cpu::isaSupported(isa)) continue;
     for (const auto& t : types) {
-      const std::string name =
-          std::string("reduce_sum/") + t.name + "/" + tutti::cpu::isaName(isa);
+      const std::string name = std::string("reduce_sum/") + t.name + "/" + tutti::cpu::isaName(isa);
       const DataType dt = t.dt;
       benchmark::RegisterBenchmark(name.c_str(), [dt, isa](benchmark::State& st) {
         reduceSum(st, dt, isa);

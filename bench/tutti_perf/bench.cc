@@ -32,9 +32,9 @@ RankContext g_ctx;  // for error reports
   _exit(kExitError);
 }
 
-#define PERF_NCCL(call)                                  \
-  do {                                                   \
-    ncclResult_t perf_res_ = (call);                     \
+#define PERF_NCCL(call)                                         \
+  do {                                                          \
+    ncclResult_t perf_res_ = (call);                            \
     if (perf_res_ != ncclSuccess) ncclFailed(#call, perf_res_); \
   } while (0)
 
@@ -385,8 +385,8 @@ void Runner::printDevices() {
   if (ctx_.nranks > 1) {
     std::vector<RankInfo> send(1, me);
     cudaStream_t stream{};
-    PERF_NCCL(ncclAllGather(send.data(), all.data(), sizeof(RankInfo), ncclUint8, ctx_.comm,
-                            stream));
+    PERF_NCCL(
+        ncclAllGather(send.data(), all.data(), sizeof(RankInfo), ncclUint8, ctx_.comm, stream));
   } else {
     all[0] = me;
   }
@@ -402,11 +402,13 @@ void Runner::printDevices() {
 
 void Runner::printHeader() {
   if (ctx_.rank != 0) return;
-  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-              "", "", "", "", "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
-              "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-              "#wrong");
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+      "\n",
+      "", "", "", "", "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+              "busbw", "#wrong");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
               "");
@@ -513,7 +515,8 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
       for (size_t j = 0; j < cnt; ++j) checkRaw(j, c.root, rank * cnt + j);
       break;
     case Coll::kAllToAll:
-      for (size_t j = 0; j < cnt * n; ++j) checkRaw(j, static_cast<int>(j / cnt), rank * cnt + j % cnt);
+      for (size_t j = 0; j < cnt * n; ++j)
+        checkRaw(j, static_cast<int>(j / cnt), rank * cnt + j % cnt);
       break;
     case Coll::kSendRecv:
       for (size_t j = 0; j < cnt; ++j) checkRaw(j, prev, j);
@@ -667,9 +670,10 @@ void printPreamble(const Options& opts, int nranks) {
 #ifdef TUTTI_PERF_HAVE_TUTTI_H
   tutti = tuttiGetVersionString();
 #endif
-  std::printf("# tutti-perf %s: nccl-tests compatible, tutti-library=%s nccl-headers=%d "
-              "nccl-library=%d ranks=%d\n",
-              opts.coll->name, tutti, NCCL_VERSION_CODE, lib, nranks);
+  std::printf(
+      "# tutti-perf %s: nccl-tests compatible, tutti-library=%s nccl-headers=%d "
+      "nccl-library=%d ranks=%d\n",
+      opts.coll->name, tutti, NCCL_VERSION_CODE, lib, nranks);
   std::printf("# Collective test starting: %s_perf\n", opts.coll->name);
   const bool factor = opts.step_factor > 1;
   std::printf(

@@ -86,6 +86,13 @@ int runRank(const Options& opts, int rank, int size, int local_rank, const ncclU
   ctx.local_rank = local_rank;
   ctx.comm = comm;
   int rc = runBenchmark(opts, ctx);
+  // NCCL's orderly shutdown: flush (collectively) before freeing.
+  res = ncclCommFinalize(comm);
+  if (res != ncclSuccess && rc == kExitOk) {
+    std::fprintf(stderr, "tutti-perf: rank %d: ncclCommFinalize failed: %s\n", rank,
+                 ncclGetErrorString(res));
+    rc = kExitError;
+  }
   res = ncclCommDestroy(comm);
   if (res != ncclSuccess && rc == kExitOk) {
     std::fprintf(stderr, "tutti-perf: rank %d: ncclCommDestroy failed: %s\n", rank,
@@ -156,7 +163,9 @@ bool writeAll(int fd, const void* buf, size_t len) {
 }
 
 // Exit codes every rank returns together: no reason to stop the others.
-bool collectiveExit(int code) { return code == kExitOk || code == kExitWrongResults || code == kExitUsage; }
+bool collectiveExit(int code) {
+  return code == kExitOk || code == kExitWrongResults || code == kExitUsage;
+}
 
 }  // namespace
 
@@ -293,13 +302,15 @@ int runForked(const Options& opts) {
       continue;
     }
     // Report the first real failure; a wrong-results exit yields to it.
-    if (code != kExitOk && (result == kExitOk || (result == kExitWrongResults && !collectiveExit(code)))) {
+    if (code != kExitOk &&
+        (result == kExitOk || (result == kExitWrongResults && !collectiveExit(code)))) {
       result = code;
     }
     if (!collectiveExit(code) && !stopping) {
       if (remaining > 0) {
-        std::fprintf(stderr, "tutti-perf: rank %d failed (exit code %d); stopping the other ranks\n",
-                     rank, code);
+        std::fprintf(stderr,
+                     "tutti-perf: rank %d failed (exit code %d); stopping the other ranks\n", rank,
+                     code);
       }
       stopping = true;
       forwardSignal(SIGTERM);
@@ -348,7 +359,8 @@ int runLaunched(const Options& opts, const LaunchEnv& env) {
 
 #ifdef TUTTI_PERF_WITH_MPI
   int mpi_size = 0, mpi_rank = 0;
-  if (MPI_Init(nullptr, nullptr) == MPI_SUCCESS && MPI_Comm_size(MPI_COMM_WORLD, &mpi_size) == MPI_SUCCESS &&
+  if (MPI_Init(nullptr, nullptr) == MPI_SUCCESS &&
+      MPI_Comm_size(MPI_COMM_WORLD, &mpi_size) == MPI_SUCCESS &&
       MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank) == MPI_SUCCESS && mpi_size == env.size) {
     int ok = 1;
     if (mpi_rank == 0 || haveEnv("NCCL_COMM_ID")) ok = getId(&id, who) ? 1 : 0;

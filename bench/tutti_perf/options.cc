@@ -34,7 +34,8 @@ std::string squash(const std::string& s) {
 }
 
 bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Parses a byte count: a non-negative number with an optional K, M, G or T
@@ -77,11 +78,6 @@ bool parseLong(const char* text, long lo, long hi, long* out) {
   *out = v;
   return true;
 }
-
-struct Flag {
-  int key;
-  const char* long_name;
-};
 
 std::string flagName(int key, const option* longopts) {
   for (const option* o = longopts; o->name != nullptr; ++o) {
@@ -150,12 +146,15 @@ void printUsage(const char* prog) {
       "  -i, --stepbytes <size>      add this to the size each step (default 1M)\n"
       "  -n, --iters <n>             timed iterations per size (default 20)\n"
       "  -w, --warmup_iters <n>      untimed warmup iterations (default 5)\n"
-      "  -m, --agg_iters <n>         operations per iteration, in one ncclGroupStart/End (default 1)\n"
+      "  -m, --agg_iters <n>         operations per iteration, in one ncclGroupStart/End (default "
+      "1)\n"
       "  -c, --check <0/1>           validate results (default 1)\n"
       "  -d, --datatype <type>       %s, or all (default float)\n"
       "  -o, --op <op>               sum, prod, max, min, avg, premulsum, or all (default sum)\n"
-      "  -r, --root <rank>           root of broadcast/reduce/gather/scatter; -1: every rank (default 0)\n"
-      "  -a, --average <0/1/2/3>     time across ranks: 0 rank 0, 1 average, 2 min, 3 max (default 1)\n"
+      "  -r, --root <rank>           root of broadcast/reduce/gather/scatter; -1: every rank "
+      "(default 0)\n"
+      "  -a, --average <0/1/2/3>     time across ranks: 0 rank 0, 1 average, 2 min, 3 max (default "
+      "1)\n"
       "  -z, --blocking <0/1>        barrier after each iteration (default 0)\n"
       "  -N, --run_cycles <n>        repeat the size sweep n times, 0 forever (default 1)\n"
       "  -T, --timeout <seconds>     give up (exit 124) after this long, 0 never (default 0)\n"
@@ -164,7 +163,8 @@ void printUsage(const char* prog) {
       "  -p, --parallel_init <0/1>   accepted; ranks always initialize in parallel\n"
       "  -G, --cudagraph <n>         must be 0\n"
       "  -C, --report_cputime <0/1>  accepted; times are host wall-clock times\n"
-      "      --np <n>                ranks to start on this host when not under a launcher (default 2)\n"
+      "      --np <n>                ranks to start on this host when not under a launcher "
+      "(default 2)\n"
       "  -h, --help                  this text\n"
       "\n"
       "Under torchrun, mpirun or srun every launched process is one rank and --np is\n"
@@ -205,10 +205,12 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         }
         break;
       case 'b':
-        if (!parseSize(optarg, &opts->min_bytes)) return bad(c, optarg, "a size such as 8, 1K, 256M");
+        if (!parseSize(optarg, &opts->min_bytes))
+          return bad(c, optarg, "a size such as 8, 1K, 256M");
         break;
       case 'e':
-        if (!parseSize(optarg, &opts->max_bytes)) return bad(c, optarg, "a size such as 8, 1K, 256M");
+        if (!parseSize(optarg, &opts->max_bytes))
+          return bad(c, optarg, "a size such as 8, 1K, 256M");
         break;
       case 'i':
         if (!parseSize(optarg, &opts->step_bytes) || opts->step_bytes == 0)
@@ -245,11 +247,13 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         opts->blocking = static_cast<int>(v);
         break;
       case 'a':
-        if (!parseLong(optarg, 0, 3, &v)) return bad(c, optarg, "0 (rank 0), 1 (avg), 2 (min) or 3 (max)");
+        if (!parseLong(optarg, 0, 3, &v))
+          return bad(c, optarg, "0 (rank 0), 1 (avg), 2 (min) or 3 (max)");
         opts->average = static_cast<int>(v);
         break;
       case 'r':
-        if (!parseLong(optarg, -1, 1 << 24, &v)) return bad(c, optarg, "a rank, or -1 for all ranks");
+        if (!parseLong(optarg, -1, 1 << 24, &v))
+          return bad(c, optarg, "a rank, or -1 for all ranks");
         opts->root = static_cast<int>(v);
         break;
       case 'N':
@@ -264,8 +268,9 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
       case 'G':
         if (!parseLong(optarg, 0, 1 << 20, &v)) return bad(c, optarg, "0");
         if (v != 0) {
-          std::fprintf(stderr, "%s: -G/--cudagraph %ld is not supported: tutti-perf has no graphs\n",
-                       prog, v);
+          std::fprintf(stderr,
+                       "%s: -G/--cudagraph %ld is not supported: tutti-perf has no graphs\n", prog,
+                       v);
           return ParseResult::kError;
         }
         break;
@@ -338,8 +343,8 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
   } else if (from_name != nullptr) {
     opts->coll = from_name;
   } else {
-    std::fprintf(stderr, "%s: no collective given; usage: %s <collective> [flags] (see -h)\n",
-                 prog, prog);
+    std::fprintf(stderr, "%s: no collective given; usage: %s <collective> [flags] (see -h)\n", prog,
+                 prog);
     return ParseResult::kError;
   }
 
@@ -351,7 +356,10 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
                  opts->min_bytes, opts->max_bytes);
     return ParseResult::kError;
   }
-  if (step_bytes_set && !step_factor_set) opts->step_factor = 1;
+  if (step_bytes_set && step_factor_set && opts->step_factor > 1) {
+    std::fprintf(stderr, "%s: note: -f/--stepfactor %zu takes precedence over -i/--stepbytes\n",
+                 prog, opts->step_factor);
+  }
   return ParseResult::kOk;
 }
 

@@ -33,7 +33,8 @@ uint32_t miniEncode(const MiniFloat& f, double v) {
   const uint32_t sign = std::signbit(v) ? 1u << (f.exp_bits + f.man_bits) : 0u;
   const uint32_t exp_all = (1u << f.exp_bits) - 1;
   const uint32_t man_all = (1u << f.man_bits) - 1;
-  if (std::isnan(v)) return sign | (exp_all << f.man_bits) | (f.ieee ? 1u << (f.man_bits - 1) : man_all);
+  if (std::isnan(v))
+    return sign | (exp_all << f.man_bits) | (f.ieee ? 1u << (f.man_bits - 1) : man_all);
   double a = std::fabs(v);
   if (std::isinf(a)) return sign | (f.ieee ? exp_all << f.man_bits : miniMaxFinite(f));
   if (a == 0) return sign;
@@ -115,11 +116,11 @@ struct Alias {
   ncclDataType_t type;
 };
 const Alias kAliases[] = {
-    {"char", ncclInt8},         {"int", ncclInt32},          {"float16", ncclFloat16},
-    {"fp16", ncclFloat16},      {"float32", ncclFloat32},    {"fp32", ncclFloat32},
-    {"float64", ncclFloat64},   {"fp64", ncclFloat64},       {"bf16", ncclBfloat16},
-    {"fp8e4m3", ncclFloat8e4m3}, {"e4m3", ncclFloat8e4m3},   {"float8e4m3", ncclFloat8e4m3},
-    {"fp8e5m2", ncclFloat8e5m2}, {"e5m2", ncclFloat8e5m2},   {"float8e5m2", ncclFloat8e5m2},
+    {"char", ncclInt8},          {"int", ncclInt32},       {"float16", ncclFloat16},
+    {"fp16", ncclFloat16},       {"float32", ncclFloat32}, {"fp32", ncclFloat32},
+    {"float64", ncclFloat64},    {"fp64", ncclFloat64},    {"bf16", ncclBfloat16},
+    {"fp8e4m3", ncclFloat8e4m3}, {"e4m3", ncclFloat8e4m3}, {"float8e4m3", ncclFloat8e4m3},
+    {"fp8e5m2", ncclFloat8e5m2}, {"e5m2", ncclFloat8e5m2}, {"float8e5m2", ncclFloat8e5m2},
 };
 
 }  // namespace

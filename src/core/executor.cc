@@ -51,6 +51,13 @@ struct PeerRun {
   size_t recvsLeft = 0, sendsLeft = 0;
   std::vector<Out> out;  // per channel
   std::vector<In> in;    // per channel
+  // Channels whose peer closed them between two messages. That is not an
+  // error by itself (the peer may have finished and left while its last
+  // messages travel on other channels); it is one once no open channel is
+  // left and receives are still pending.
+  std::vector<uint8_t> closed;
+  size_t nClosed = 0;
+  Status closedStatus;
 };
 
 struct FlatRef {
@@ -119,6 +126,7 @@ Status Run::start() {
     p.seq = c_->nextSeq(p.peer);
     p.out.resize(c_->nChannels());
     p.in.resize(c_->nChannels());
+    p.closed.assign(c_->nChannels(), 0);
   }
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
     const auto& s = w_->schedules[i];
@@ -231,8 +239,16 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
   RecvState& rx = chan.rx;
   for (;;) {
     if (!rx.haveHeader) {
+      if (p.closed[ch]) return Status::ok();
       auto n = chan.conn->tryRecv(reinterpret_cast<uint8_t*>(&rx.hdr) + rx.hdrGot,
                                   kHdr - rx.hdrGot);
+      if (!n && rx.hdrGot == 0) {
+        p.closed[ch] = 1;
+        p.nClosed++;
+        p.closedStatus = n.status().withContext("receiving from " + c_->describePeer(p.peer));
+        if (p.nClosed == p.closed.size()) return p.closedStatus;
+        return Status::ok();
+      }
       if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
       if (*n) *progress = true;
       rx.hdrGot += *n;
@@ -304,7 +320,14 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
   if (c_->aborted()) return invalidUsage("communicator aborted");
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
+    if (p.nClosed && p.recvsLeft) {
+      // Some channel closed: the peer has left. Whatever is still in flight on
+      // the open channels arrives within the stall check period; after that
+      // the pending receives can never complete.
+      if (Clock::now() - lastProgress > std::chrono::seconds(1)) return p.closedStatus;
+    }
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
+      if (p.closed[ch]) continue;
       Status st = c_->channel(p.peer, ch).conn->checkAlive();
       if (!st) return st.withContext(c_->describePeer(p.peer));
     }

@@ -67,6 +67,28 @@ int main(void) {
 
   EXPECT(ncclGetErrorString(ncclSuccess) != NULL);
 
+  /* A function tutti does not implement yet fails cleanly and says why. */
+  {
+    ncclWindow_t win = (ncclWindow_t)&config; /* any non-NULL value */
+    const char* why;
+    EXPECT(ncclCommWindowRegister(NULL, NULL, 0, &win, NCCL_WIN_DEFAULT) == ncclInvalidUsage);
+    EXPECT(win == NULL);
+    why = ncclGetLastError(NULL);
+    EXPECT(why != NULL && strstr(why, "ncclCommWindowRegister") != NULL &&
+           strstr(why, "not supported by tutti yet") != NULL);
+    EXPECT(pncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage);
+  }
+
+  /* ncclResetDebugInit works (deprecated, as in NVIDIA's header). */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+  ncclResetDebugInit();
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
   printf("ncclGetVersion=%d tuttiGetVersion=%d (%s) library=%s\n", version, tversion,
          vs ? vs : "(null)", tuttiLibraryPath() ? tuttiLibraryPath() : "(null)");
   return failures == 0 ? 0 : 1;

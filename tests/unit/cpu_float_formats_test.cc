@@ -1,9 +1,9 @@
 // backends/cpu/float_formats.h against an independent reference: a decoder
 // built from the bit fields with ldexp, and an encoder that searches the sorted
 // list of representable values with exact double arithmetic.
-#include "backends/cpu/float_formats.h"
-
 #include <gtest/gtest.h>
+
+#include "backends/cpu/float_formats.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -64,8 +64,8 @@ double refDecode(const Format& f, uint32_t v) {
   const int eMax = (1 << f.expBits) - 1;
   double mag;
   if (f.ieee && e == eMax) {
-    mag = m != 0 ? std::numeric_limits<double>::quiet_NaN()
-                 : std::numeric_limits<double>::infinity();
+    mag =
+        m != 0 ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
   } else if (!f.ieee && e == eMax && m == (1 << f.manBits) - 1) {
     mag = std::numeric_limits<double>::quiet_NaN();
   } else if (e == 0) {
@@ -165,8 +165,7 @@ void expectEncodes(const Format& f, const RefEncoder& ref, float x) {
     EXPECT_TRUE(isNanBits(f, got)) << f.name << " x=" << x;
     EXPECT_EQ(got >> (bitsOf(f) - 1), want >> (bitsOf(f) - 1)) << f.name << " NaN sign";
   } else {
-    EXPECT_EQ(got, want) << f.name << " x=" << x << " (bits 0x" << std::hex << toBits(x)
-                         << ")";
+    EXPECT_EQ(got, want) << f.name << " x=" << x << " (bits 0x" << std::hex << toBits(x) << ")";
   }
 }
 
@@ -183,13 +182,32 @@ TEST_P(FloatFormatTest, EncodeEdgeCases) {
   }
   const double ulp1 = std::ldexp(1.0, -f.manBits);
   const double topUlp = std::ldexp(1.0, std::ilogb(maxFinite) - f.manBits);
-  std::vector<double> cases = {
-      0.0, 1.0, 1.0 + ulp1 / 2, 1.0 + 3 * ulp1 / 2, 1.0 + ulp1 / 4, 1.0 + 3 * ulp1 / 4,
-      minSub, minSub / 2, minSub * 3 / 4, minSub / 4, minSub * 3 / 2, minSub * 5 / 2,
-      minNormal, minNormal - minSub, minNormal - minSub / 2, minNormal - minSub / 4,
-      maxFinite, maxFinite + topUlp / 4, maxFinite + topUlp / 2, maxFinite + topUlp,
-      maxFinite * 4, 1e30, 3.4028234663852886e38, std::ldexp(1.0, -149),
-      std::ldexp(1.0, -126), std::numeric_limits<double>::infinity()};
+  std::vector<double> cases = {0.0,
+                               1.0,
+                               1.0 + ulp1 / 2,
+                               1.0 + 3 * ulp1 / 2,
+                               1.0 + ulp1 / 4,
+                               1.0 + 3 * ulp1 / 4,
+                               minSub,
+                               minSub / 2,
+                               minSub * 3 / 4,
+                               minSub / 4,
+                               minSub * 3 / 2,
+                               minSub * 5 / 2,
+                               minNormal,
+                               minNormal - minSub,
+                               minNormal - minSub / 2,
+                               minNormal - minSub / 4,
+                               maxFinite,
+                               maxFinite + topUlp / 4,
+                               maxFinite + topUlp / 2,
+                               maxFinite + topUlp,
+                               maxFinite * 4,
+                               1e30,
+                               3.4028234663852886e38,
+                               std::ldexp(1.0, -149),
+                               std::ldexp(1.0, -126),
+                               std::numeric_limits<double>::infinity()};
   for (double c : cases) {
     const float x = static_cast<float>(c);
     if (static_cast<double>(x) != c) continue;  // e.g. bf16's max * 4 is beyond fp32
@@ -276,8 +294,8 @@ TEST_P(FloatFormatTest, EncodeRandomMatchesReference) {
     const bool ok = isNanBits(f, want) ? isNanBits(f, got) : got == want;
     if (!ok) {
       ++failures;
-      ADD_FAILURE() << f.name << ": x=" << x << " (0x" << std::hex << toBits(x) << ") got 0x"
-                    << got << " want 0x" << want;
+      ADD_FAILURE() << f.name << ": x=" << x << " (0x" << std::hex << toBits(x) << ") got 0x" << got
+                    << " want 0x" << want;
     }
   }
   EXPECT_EQ(failures, 0);

@@ -2,8 +2,6 @@
 // against a reference computed independently in fp64 (floating types) or with
 // exact 64-bit wrapping arithmetic (integers). Results must match bit for bit;
 // where the reference is NaN the result must be a NaN (payload unspecified).
-#include "backends/cpu/kernels.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/kernel_dispatch.h"
+#include "backends/cpu/kernels.h"
 
 namespace tutti::cpu {
 namespace {
@@ -153,23 +152,34 @@ struct Ref {
   explicit Ref(const TypeModel& type)
       : t(type), enc(type.kind == Kind::kNarrow ? type.narrow : Narrow{5, 10, true}) {}
 
-  bool isFloat() const { return t.kind == Kind::kF32 || t.kind == Kind::kF64 || t.kind == Kind::kNarrow; }
+  bool isFloat() const {
+    return t.kind == Kind::kF32 || t.kind == Kind::kF64 || t.kind == Kind::kNarrow;
+  }
 
   double toDouble(uint64_t v) const {
     switch (t.kind) {
-      case Kind::kF32: return f32Of(v);
-      case Kind::kF64: return f64Of(v);
-      case Kind::kNarrow: return narrowDecode(t.narrow, v);
-      default: return 0;
+      case Kind::kF32:
+        return f32Of(v);
+      case Kind::kF64:
+        return f64Of(v);
+      case Kind::kNarrow:
+        return narrowDecode(t.narrow, v);
+      default:
+        return 0;
     }
   }
   // Rounds an fp64 result to the working precision (fp32 unless float64).
-  double work(double x) const { return t.kind == Kind::kF64 ? x : static_cast<double>(static_cast<float>(x)); }
+  double work(double x) const {
+    return t.kind == Kind::kF64 ? x : static_cast<double>(static_cast<float>(x));
+  }
   uint64_t fromWork(double x) const {
     switch (t.kind) {
-      case Kind::kF32: return bitsOfF32(static_cast<float>(x));
-      case Kind::kF64: return bitsOfF64(x);
-      default: return enc.encode(x);
+      case Kind::kF32:
+        return bitsOfF32(static_cast<float>(x));
+      case Kind::kF64:
+        return bitsOfF64(x);
+      default:
+        return enc.encode(x);
     }
   }
   bool isNan(uint64_t v) const { return isFloat() && std::isnan(toDouble(v)); }
@@ -177,21 +187,27 @@ struct Ref {
   // Floating binary op in working precision.
   double fop(RedOp op, double a, double b) const {
     switch (op) {
-      case RedOp::kProd: return work(a * b);
-      case RedOp::kMax: return std::isnan(a) ? a : (a > b ? a : b);
-      case RedOp::kMin: return std::isnan(a) ? a : (a < b ? a : b);
-      default: return work(a + b);
+      case RedOp::kProd:
+        return work(a * b);
+      case RedOp::kMax:
+        return std::isnan(a) ? a : (a > b ? a : b);
+      case RedOp::kMin:
+        return std::isnan(a) ? a : (a < b ? a : b);
+      default:
+        return work(a + b);
     }
   }
   uint64_t iop(RedOp op, uint64_t a, uint64_t b) const {
     const bool sgn = t.kind == Kind::kSigned;
     switch (op) {
-      case RedOp::kProd: return (a * b) & mask(t);
+      case RedOp::kProd:
+        return (a * b) & mask(t);
       case RedOp::kMax:
         return (sgn ? sext(t, a) > sext(t, b) : a > b) ? a : b;
       case RedOp::kMin:
         return (sgn ? sext(t, a) < sext(t, b) : a < b) ? a : b;
-      default: return (a + b) & mask(t);
+      default:
+        return (a + b) & mask(t);
     }
   }
   uint64_t reduce(RedOp op, uint64_t a, uint64_t b) const {
@@ -285,10 +301,14 @@ uint64_t randomValue(const TypeModel& t, std::mt19937_64& rng) {
       const int kind = static_cast<int>(rng() % 16);
       if (kind == 0) return r & 0xffffffffu;  // anything: NaN, inf, subnormal, huge
       if (kind == 1) {
-        const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
-                                  -std::numeric_limits<float>::infinity(), std::nanf(""),
+        const float specials[] = {0.0f,
+                                  -0.0f,
+                                  std::numeric_limits<float>::infinity(),
+                                  -std::numeric_limits<float>::infinity(),
+                                  std::nanf(""),
                                   std::numeric_limits<float>::denorm_min(),
-                                  std::numeric_limits<float>::max(), 1.0f};
+                                  std::numeric_limits<float>::max(),
+                                  1.0f};
         return bitsOfF32(specials[rng() % 8]);
       }
       const uint32_t e = 127 - 12 + static_cast<uint32_t>(rng() % 25);
@@ -298,8 +318,11 @@ uint64_t randomValue(const TypeModel& t, std::mt19937_64& rng) {
       const int kind = static_cast<int>(rng() % 16);
       if (kind == 0) return r;
       if (kind == 1) {
-        const double specials[] = {0.0, -0.0, std::numeric_limits<double>::infinity(),
-                                   std::nan(""), std::numeric_limits<double>::denorm_min(),
+        const double specials[] = {0.0,
+                                   -0.0,
+                                   std::numeric_limits<double>::infinity(),
+                                   std::nan(""),
+                                   std::numeric_limits<double>::denorm_min(),
                                    std::numeric_limits<double>::max()};
         return bitsOfF64(specials[rng() % 6]);
       }
@@ -372,10 +395,10 @@ class CpuKernelTest : public ::testing::TestWithParam<std::tuple<KernelIsa, int>
             const uint64_t got = dst->get(i);
             if (!same(ref, got, want)) {
               ++failures;
-              ADD_FAILURE() << what << " " << t.name << " [" << isaName(isa_) << "] count "
-                            << count << " offset " << off << " " << aliasName(alias)
-                            << " i=" << i << ": a=0x" << std::hex << va[i] << " b=0x" << vb[i]
-                            << " got 0x" << got << " want 0x" << want;
+              ADD_FAILURE() << what << " " << t.name << " [" << isaName(isa_) << "] count " << count
+                            << " offset " << off << " " << aliasName(alias) << " i=" << i
+                            << ": a=0x" << std::hex << va[i] << " b=0x" << vb[i] << " got 0x" << got
+                            << " want 0x" << want;
             }
           }
           if (alias == Alias::kNone) {
@@ -410,10 +433,10 @@ class CpuKernelTest : public ::testing::TestWithParam<std::tuple<KernelIsa, int>
             const uint64_t got = dst->get(i);
             if (!same(ref, got, want)) {
               ++failures;
-              ADD_FAILURE() << what << " " << t.name << " [" << isaName(isa_) << "] count "
-                            << count << " offset " << off << (inPlace ? " in place" : "")
-                            << " i=" << i << ": x=0x" << std::hex << vs[i] << " got 0x" << got
-                            << " want 0x" << want;
+              ADD_FAILURE() << what << " " << t.name << " [" << isaName(isa_) << "] count " << count
+                            << " offset " << off << (inPlace ? " in place" : "") << " i=" << i
+                            << ": x=0x" << std::hex << vs[i] << " got 0x" << got << " want 0x"
+                            << want;
             }
           }
         }
@@ -530,15 +553,13 @@ TEST_P(CpuKernelTest, ReduceWithItself) {
     for (size_t i = 0; i < va.size(); ++i) a.set(i, va[i] = randomValue(t, rng));
     reduce(a.data(), a.data(), a.data(), va.size(), t.dt, op);
     for (size_t i = 0; i < va.size(); ++i) {
-      ASSERT_TRUE(same(ref, a.get(i), ref.reduce(op, va[i], va[i])))
-          << redOpName(op) << " i=" << i;
+      ASSERT_TRUE(same(ref, a.get(i), ref.reduce(op, va[i], va[i]))) << redOpName(op) << " i=" << i;
     }
   }
 }
 
 std::string paramName(const ::testing::TestParamInfo<std::tuple<KernelIsa, int>>& info) {
-  return std::string(isaName(std::get<0>(info.param))) + "_" +
-         kTypes[std::get<1>(info.param)].name;
+  return std::string(isaName(std::get<0>(info.param))) + "_" + kTypes[std::get<1>(info.param)].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CpuKernelTest,
@@ -569,7 +590,7 @@ TEST(CpuKernelSpecial, IntegerWrapAndScalarCast) {
   EXPECT_EQ(d[0], INT32_MIN);
   EXPECT_EQ(d[1], INT32_MAX);
   divide(d, a, 3, DataType::kInt32, 2);
-  EXPECT_EQ(d[2], -3);  // truncation toward zero
+  EXPECT_EQ(d[2], -3);                               // truncation toward zero
   preMulReduce(d, a, b, 3, DataType::kInt32, -2.7);  // scalar -> -2
   EXPECT_EQ(d[2], -11);
   const uint64_t u[] = {3};

@@ -265,10 +265,10 @@ Status ShmConnection::checkAlive() {
   if (peerClosed()) return closedError();
   const int64_t pid = hdr_->pid[1 - side_].load(std::memory_order_acquire);
   if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-    return remoteError(
-        fmt::format("SHM: rank {} (pid {}) is gone: its process no longer exists", peer_, pid));
+    return remoteError(fmt::format(
+        "SHM: rank {} (pid {}) is gone: its process no longer exists (seen from rank {})", peer_,
+        pid, rank_));
   }
-  (void)rank_;
   return Status::ok();
 }
 

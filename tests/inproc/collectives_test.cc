@@ -1,0 +1,247 @@
+// Every collective, sampled over datatype x op x count x in-place x alignment,
+// for rank counts 1..9 and 16, over shared memory and over TCP. Values are
+// chosen so every partial result is exact (see harness.h), so results are
+// compared exactly, except the floating-point average (see tolerance()).
+#include <cstdlib>
+#include <map>
+
+#include "harness.h"
+
+namespace tutti::test {
+namespace {
+
+enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kGather, kScatter };
+const char* collName(Coll c) {
+  static const char* names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast",
+                                "Reduce", "AlltoAll", "Gather", "Scatter"};
+  return names[static_cast<int>(c)];
+}
+bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+
+// 5 == premulsum (created per communicator); other values are NCCL's ops.
+constexpr int kPreMul = 5;
+
+struct Case {
+  Coll coll;
+  ncclDataType_t dt;
+  int op;
+  size_t count;
+  bool inPlace;
+  size_t misalign;  // bytes added to both buffers
+  int root;
+};
+
+std::string describe(const Case& c, int n) {
+  return std::string(collName(c.coll)) + " n=" + std::to_string(n) + " dt=" +
+         std::to_string(c.dt) + " op=" + std::to_string(c.op) + " count=" +
+         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") +
+         " misalign=" + std::to_string(c.misalign) + " root=" + std::to_string(c.root);
+}
+
+std::vector<Case> makeCases(int n, bool full) {
+  std::vector<Case> cases;
+  const size_t counts[] = {0, 1, 7, 1000, 5003};
+  uint64_t h = 12345 + n;
+  auto pick = [&](uint64_t m) {
+    h = h * 6364136223846793005ull + 1442695040888963407ull;
+    return (h >> 33) % m;
+  };
+  for (int ci = 0; ci < 8; ++ci) {
+    Coll c = static_cast<Coll>(ci);
+    for (int dt = 0; dt < ncclNumTypes; ++dt) {
+      int nOps = reduces(c) ? 6 : 1;
+      for (int op = 0; op < nOps; ++op) {
+        // Sample: the full dtype x op grid for all-reduce; one op per dtype elsewhere.
+        if (!full && c != Coll::kAllReduce && op != static_cast<int>(pick(nOps))) continue;
+        Case k;
+        k.coll = c;
+        k.dt = static_cast<ncclDataType_t>(dt);
+        k.op = op;
+        k.count = counts[pick(5)];
+        k.inPlace = pick(2) == 1;
+        k.misalign = pick(3) == 0 ? 1 + pick(7) : 0;
+        k.root = static_cast<int>(pick(n));
+        cases.push_back(k);
+      }
+    }
+  }
+  return cases;
+}
+
+double mantissaEps(ncclDataType_t dt) {
+  switch (dt) {
+    case ncclFloat16: return std::ldexp(1.0, -10);
+    case ncclBfloat16: return std::ldexp(1.0, -7);
+    case ncclFloat32: return std::ldexp(1.0, -23);
+    case ncclFloat64: return std::ldexp(1.0, -52);
+    case ncclFloat8e4m3: return std::ldexp(1.0, -3);
+    case ncclFloat8e5m2: return std::ldexp(1.0, -2);
+    default: return 0;
+  }
+}
+
+double combine(int op, double a, double b) {
+  switch (op) {
+    case ncclProd: return a * b;
+    case ncclMax: return std::max(a, b);
+    case ncclMin: return std::min(a, b);
+    default: return a + b;
+  }
+}
+
+// Input of rank q at element j of its send buffer.
+double in(const Case& c, int q, size_t j) {
+  return inputValue(c.dt, static_cast<ncclRedOp_t>(c.op == kPreMul ? ncclSum : c.op), q, j);
+}
+
+double premulScalar(ncclDataType_t dt) { return isFloat(dt) ? 2.0 : 3.0; }
+
+// Expected reduced value of element j over all ranks.
+double reduced(const Case& c, int n, size_t j, double* absSum) {
+  double acc = 0;
+  *absSum = 0;
+  for (int q = 0; q < n; ++q) {
+    double v = in(c, q, j);
+    if (c.op == kPreMul) v *= premulScalar(c.dt);
+    *absSum += std::fabs(v);
+    acc = q == 0 ? v : combine(c.op == kPreMul || c.op == ncclAvg ? ncclSum : c.op, acc, v);
+  }
+  if (c.op == ncclAvg) acc = isFloat(c.dt) ? acc / n : std::trunc(acc / n);
+  return acc;
+}
+
+// Only the floating-point average is inexact: NCCL-style premultiplication by
+// 1/n rounds the scalar and each of the n products and n-1 sums once, each
+// within half an ulp of a value bounded by sum|v|/n.
+double tolerance(const Case& c, int n, double absSum) {
+  if (!(c.op == ncclAvg && isFloat(c.dt))) return 0;
+  return mantissaEps(c.dt) * (absSum / n) * (2 * n + 2) + 1e-300;
+}
+
+void runCase(const Case& c, int n, int r, ncclComm_t comm) {
+  const size_t es = typeSize(c.dt);
+  size_t sendCount = c.count, recvCount = c.count;
+  switch (c.coll) {
+    case Coll::kReduceScatter: sendCount = c.count * n; break;
+    case Coll::kAllGather: recvCount = c.count * n; break;
+    case Coll::kAllToAll: sendCount = recvCount = c.count * n; break;
+    case Coll::kGather: recvCount = c.count * n; break;
+    case Coll::kScatter: sendCount = c.count * n; break;
+    default: break;
+  }
+  size_t bigCount = std::max(sendCount, recvCount);
+  std::vector<uint8_t> sendMem(bigCount * es + 16), recvMem(bigCount * es + 16);
+  uint8_t* sendbuf = sendMem.data() + c.misalign;
+  uint8_t* recvbuf = recvMem.data() + c.misalign;
+  memset(recvMem.data(), 0xA5, recvMem.size());  // garbage so a no-op cannot pass
+  // In-place layouts as NCCL defines them.
+  uint8_t* sendPtr = sendbuf;
+  if (c.inPlace) {
+    switch (c.coll) {
+      case Coll::kAllGather: sendPtr = recvbuf + r * c.count * es; break;
+      case Coll::kGather: sendPtr = recvbuf + r * c.count * es; break;
+      case Coll::kReduceScatter: sendPtr = recvbuf; break;  // recv = send + r*count
+      case Coll::kScatter: sendPtr = recvbuf; break;
+      default: sendPtr = recvbuf; break;
+    }
+  }
+  for (size_t j = 0; j < sendCount; ++j) storeValue(sendPtr + j * es, c.dt, in(c, r, j));
+  uint8_t* recvPtr = recvbuf;
+  if (c.inPlace && c.coll == Coll::kReduceScatter) recvPtr = sendPtr + r * c.count * es;
+  if (c.inPlace && c.coll == Coll::kScatter) recvPtr = sendPtr + r * c.count * es;
+
+  ncclRedOp_t op = static_cast<ncclRedOp_t>(c.op == kPreMul ? ncclSum : c.op);
+  std::vector<uint8_t> scalar(8);
+  if (c.op == kPreMul) {
+    storeValue(scalar.data(), c.dt, premulScalar(c.dt));
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, scalar.data(), c.dt, ncclScalarHostImmediate, comm),
+              ncclSuccess);
+  }
+  ncclResult_t rc = ncclSuccess;
+  switch (c.coll) {
+    case Coll::kAllReduce: rc = ncclAllReduce(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr); break;
+    case Coll::kReduceScatter: rc = ncclReduceScatter(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr); break;
+    case Coll::kAllGather: rc = ncclAllGather(sendPtr, recvPtr, c.count, c.dt, comm, nullptr); break;
+    case Coll::kBroadcast: rc = ncclBroadcast(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
+    case Coll::kReduce: rc = ncclReduce(sendPtr, recvPtr, c.count, c.dt, op, c.root, comm, nullptr); break;
+    case Coll::kAllToAll: rc = ncclAlltoAll(sendPtr, recvPtr, c.count, c.dt, comm, nullptr); break;
+    case Coll::kGather: rc = ncclGather(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
+    case Coll::kScatter: rc = ncclScatter(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
+  }
+  ASSERT_EQ(rc, ncclSuccess) << describe(c, n) << ": " << ncclGetLastError(comm);
+  if (c.op == kPreMul) {
+    ASSERT_EQ(ncclRedOpDestroy(op, comm), ncclSuccess);
+  }
+
+  auto expectAt = [&](size_t idx, double want, double tol) {
+    double got = loadValue(recvPtr + idx * es, c.dt);
+    if (!(std::fabs(got - want) <= tol)) {
+      ADD_FAILURE() << describe(c, n) << " rank " << r << " element " << idx << ": got " << got
+                    << " want " << want << " (tol " << tol << ")";
+      return false;
+    }
+    return true;
+  };
+  size_t bad = 0;
+  for (size_t j = 0; j < c.count && bad < 3; ++j) {
+    double absSum;
+    switch (c.coll) {
+      case Coll::kAllReduce: {
+        double w = reduced(c, n, j, &absSum);
+        bad += !expectAt(j, w, tolerance(c, n, absSum));
+        break;
+      }
+      case Coll::kReduce:
+        if (r == c.root) {
+          double w = reduced(c, n, j, &absSum);
+          bad += !expectAt(j, w, tolerance(c, n, absSum));
+        }
+        break;
+      case Coll::kReduceScatter: {
+        double w = reduced(c, n, r * c.count + j, &absSum);
+        bad += !expectAt(j, w, tolerance(c, n, absSum));
+        break;
+      }
+      case Coll::kAllGather:
+        for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, j), 0);
+        break;
+      case Coll::kBroadcast: bad += !expectAt(j, in(c, c.root, j), 0); break;
+      case Coll::kAllToAll:
+        for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, r * c.count + j), 0);
+        break;
+      case Coll::kGather:
+        if (r == c.root)
+          for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, j), 0);
+        break;
+      case Coll::kScatter: bad += !expectAt(j, in(c, c.root, r * c.count + j), 0); break;
+    }
+  }
+}
+
+class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(Collectives, SampledMatrix) {
+  const int n = std::get<0>(GetParam());
+  const bool tcp = std::get<1>(GetParam());
+  setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
+  setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
+  setenv("NCCL_BUFFSIZE", "65536", 1);     // small rings: exercise back-pressure
+  auto cases = makeCases(n, false);
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    for (const auto& c : cases) {
+      runCase(c, n, r, comm);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  });
+  unsetenv("NCCL_SHM_DISABLE");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 16),
+                                            ::testing::Values(false)));
+INSTANTIATE_TEST_SUITE_P(Tcp, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(true)));
+
+}  // namespace
+}  // namespace tutti::test
