@@ -22,6 +22,10 @@
 // - max/min on floating types propagate NaN: max(a,b) = NaN if a or b is NaN,
 //   else (a > b ? a : b); min likewise with <. On equal operands (+0 vs -0)
 //   the second operand b is returned. NaN payloads in results are unspecified.
+// - Floating-point environment: the default one is assumed (round to nearest;
+//   the narrow-format encoders rely on it). A caller that enables FTZ/DAZ gets
+//   flushed fp32/fp64 arithmetic, as any host code would; the encodings
+//   themselves stay exact.
 #pragma once
 
 #include <cstddef>

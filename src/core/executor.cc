@@ -45,8 +45,8 @@ struct In {
 };
 
 struct PeerRun {
-  int peer;
-  uint64_t seq;
+  int peer = -1;
+  uint64_t seq = 0;
   std::deque<uint32_t> ready;
   size_t recvsLeft = 0, sendsLeft = 0;
   std::vector<Out> out;  // per channel
@@ -58,6 +58,8 @@ struct PeerRun {
   std::vector<uint8_t> closed;
   size_t nClosed = 0;
   Status closedStatus;
+  bool suspect = false;  // a liveness check failed at suspectSince
+  Clock::time_point suspectSince{};
 };
 
 struct FlatRef {
@@ -118,7 +120,9 @@ Status Run::start() {
     for (int p : s.peers)
       if (slot_[p] < 0) {
         slot_[p] = static_cast<int>(peers_.size());
-        peers_.push_back(PeerRun{p, 0, {}, 0, 0, {}, {}});
+        PeerRun pr;
+        pr.peer = p;
+        peers_.push_back(std::move(pr));
         peerList.push_back(p);
       }
   TUTTI_RETURN_IF_ERROR(c_->ensureConnected(peerList));
@@ -239,14 +243,16 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
   RecvState& rx = chan.rx;
   for (;;) {
     if (!rx.haveHeader) {
-      if (p.closed[ch]) return Status::ok();
+      // Never read past this operation's last message: the peer may have
+      // left already, and the next operation's bytes belong to the next run.
+      if (p.closed[ch] || p.recvsLeft == 0) return Status::ok();
       auto n = chan.conn->tryRecv(reinterpret_cast<uint8_t*>(&rx.hdr) + rx.hdrGot,
                                   kHdr - rx.hdrGot);
       if (!n && rx.hdrGot == 0) {
         p.closed[ch] = 1;
         p.nClosed++;
         p.closedStatus = n.status().withContext("receiving from " + c_->describePeer(p.peer));
-        if (p.nClosed == p.closed.size()) return p.closedStatus;
+        if (p.nClosed == p.closed.size() && p.recvsLeft) return p.closedStatus;
         return Status::ok();
       }
       if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
@@ -326,10 +332,20 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       // the pending receives can never complete.
       if (Clock::now() - lastProgress > std::chrono::seconds(1)) return p.closedStatus;
     }
+    // A failed liveness check is only a suspicion: a peer that finished and
+    // closed may have left its last bytes in flight, and those are read
+    // first. The suspicion becomes the error if nothing moves for a while.
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
       if (p.closed[ch]) continue;
       Status st = c_->channel(p.peer, ch).conn->checkAlive();
-      if (!st) return st.withContext(c_->describePeer(p.peer));
+      if (st) continue;
+      auto now = Clock::now();
+      if (!p.suspect || p.suspectSince < lastProgress) {
+        p.suspect = true;
+        p.suspectSince = now;
+      } else if (now - p.suspectSince > std::chrono::milliseconds(500)) {
+        return st.withContext(c_->describePeer(p.peer));
+      }
     }
   }
   double idle = std::chrono::duration<double>(Clock::now() - lastProgress).count();

@@ -1,0 +1,232 @@
+// Groups, point-to-point, split, dynamic channel balancing, timeouts and bad
+// arguments, through the public C API with ranks as threads.
+#include <numeric>
+
+#include "capi/handle.h"
+#include "harness.h"
+
+namespace tutti::test {
+namespace {
+
+void fillInts(std::vector<int32_t>& v, int r) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(r * 1000 + i % 997);
+}
+
+TEST(Groups, OneThreadInitialisesAndDrivesEveryRank) {
+  for (int n : {1, 3, 4}) {
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::vector<ncclComm_t> comms(n, nullptr);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; ++r) ASSERT_EQ(ncclCommInitRank(&comms[r], n, id, r), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    const size_t count = 70001;
+    std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count)), out = in;
+    for (int r = 0; r < n; ++r) fillInts(in[r], r);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; ++r)
+      ASSERT_EQ(ncclAllReduce(in[r].data(), out[r].data(), count, ncclInt32, ncclSum, comms[r],
+                              nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; i += 101) {
+        int64_t want = 0;
+        for (int q = 0; q < n; ++q) want += in[q][i];
+        ASSERT_EQ(out[r][i], want) << "n=" << n << " rank " << r << " i=" << i;
+      }
+    for (auto c : comms) ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+}
+
+TEST(Groups, CommInitAll) {
+  const int n = 3;
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    int rank = -1, count = -1;
+    ASSERT_EQ(ncclCommUserRank(comms[r], &rank), ncclSuccess);
+    ASSERT_EQ(ncclCommCount(comms[r], &count), ncclSuccess);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(count, n);
+  }
+  for (auto c : comms) ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+TEST(Groups, ManyOperationsInOneGroup) {
+  const int n = 5;
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    const size_t count = 3001;
+    std::vector<int32_t> a(count), ar(count), ag(count * n), bc(count), sendv(count), recvv(count),
+        self(count);
+    fillInts(a, r);
+    bc.assign(count, r == 2 ? 7 : -1);
+    fillInts(sendv, r + 100);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(a.data(), ar.data(), count, ncclInt32, ncclMax, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclSend(sendv.data(), count, ncclInt32, next, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllGather(a.data(), ag.data(), count, ncclInt32, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(recvv.data(), count, ncclInt32, prev, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclBcast(bc.data(), count, ncclInt32, 2, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclSend(a.data(), count, ncclInt32, r, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(self.data(), count, ncclInt32, r, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+    std::vector<int32_t> expectRecv(count), other(count);
+    fillInts(expectRecv, prev + 100);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(ar[i], static_cast<int32_t>((n - 1) * 1000 + i % 997));
+      for (int q = 0; q < n; ++q) ASSERT_EQ(ag[q * count + i], static_cast<int32_t>(q * 1000 + i % 997));
+      ASSERT_EQ(bc[i], 7);
+      ASSERT_EQ(recvv[i], expectRecv[i]);
+      ASSERT_EQ(self[i], a[i]);
+    }
+  });
+}
+
+TEST(PointToPoint, AllPairsWithUnalignedBuffers) {
+  const int n = 4;
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    const size_t count = 20011;
+    std::vector<uint8_t> send(count * 2 + 3), recv(n * count * 2 + 3, 0xEE);
+    for (size_t i = 0; i < count * 2; ++i) send[1 + i] = static_cast<uint8_t>(r * 31 + i);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int p = 0; p < n; ++p) {
+      ASSERT_EQ(ncclSend(send.data() + 1, count, ncclFloat16, p, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(ncclRecv(recv.data() + 1 + p * count * 2, count, ncclFloat16, p, comm, nullptr),
+                ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+    for (int p = 0; p < n; ++p)
+      for (size_t i = 0; i < count * 2; ++i)
+        ASSERT_EQ(recv[1 + p * count * 2 + i], static_cast<uint8_t>(p * 31 + i));
+  });
+}
+
+TEST(Split, ByParityWithReversedKeys) {
+  const int n = 7;
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    ncclComm_t sub = nullptr;
+    int color = r == 6 ? NCCL_SPLIT_NOCOLOR : r % 2;
+    ASSERT_EQ(ncclCommSplit(comm, color, -r, &sub, nullptr), ncclSuccess) << ncclGetLastError(comm);
+    if (color == NCCL_SPLIT_NOCOLOR) {
+      EXPECT_EQ(sub, nullptr);
+      return;
+    }
+    int members = color == 0 ? 3 : 3;  // evens 0,2,4 ; odds 1,3,5 (6 opted out)
+    int count = 0, rank = 0;
+    ASSERT_EQ(ncclCommCount(sub, &count), ncclSuccess);
+    ASSERT_EQ(ncclCommUserRank(sub, &rank), ncclSuccess);
+    EXPECT_EQ(count, members);
+    // Keys are -r: the highest parent rank comes first.
+    int expectRank = (color == 0 ? (4 - r) : (5 - r)) / 2;
+    EXPECT_EQ(rank, expectRank);
+    int64_t v = r, sum = 0;
+    ASSERT_EQ(ncclAllReduce(&v, &sum, 1, ncclInt64, ncclSum, sub, nullptr), ncclSuccess);
+    EXPECT_EQ(sum, color == 0 ? 0 + 2 + 4 : 1 + 3 + 5);
+    ASSERT_EQ(ncclCommDestroy(sub), ncclSuccess);
+  });
+}
+
+// A channel that may start a message only every 2 ms carries fewer chunks than
+// an unthrottled one, because channels pull chunks from a shared queue.
+TEST(Channels, SlowChannelCarriesFewerChunks) {
+  setenv("TUTTI_NCHANNELS", "2", 1);
+  setenv("TUTTI_TEST_THROTTLE", "1:2000", 1);
+  setenv("TUTTI_CHUNK_SIZE", "16384", 1);
+  const int n = 3;
+  std::vector<std::vector<uint64_t>> stats(n);
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    const size_t count = 1 << 20;  // 4 MiB of int32 -> hundreds of chunks per rank
+    std::vector<int32_t> in(count), out(count);
+    fillInts(in, r);
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t want = 0;
+      for (int q = 0; q < n; ++q) want += static_cast<int32_t>(q * 1000 + i % 997);
+      ASSERT_EQ(out[i], want);
+    }
+    stats[r] = comm->impl->channelMessages();
+  });
+  unsetenv("TUTTI_TEST_THROTTLE");
+  unsetenv("TUTTI_NCHANNELS");
+  unsetenv("TUTTI_CHUNK_SIZE");
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(stats[r].size(), 2u);
+    EXPECT_GT(stats[r][0], 2 * stats[r][1]) << "rank " << r << ": channel 0 carried "
+                                            << stats[r][0] << ", throttled channel 1 "
+                                            << stats[r][1];
+  }
+}
+
+TEST(Faults, MissingRankIsNamedAtInit) {
+  setenv("TUTTI_INIT_TIMEOUT", "2", 1);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> ts;
+  std::vector<std::string> errs(2);
+  std::vector<ncclResult_t> rcs(2);
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      ncclComm_t c = nullptr;
+      rcs[r] = ncclCommInitRank(&c, 3, id, r);
+      errs[r] = ncclGetLastError(nullptr);
+      if (c) ncclCommDestroy(c);
+    });
+  for (auto& t : ts) t.join();
+  unsetenv("TUTTI_INIT_TIMEOUT");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(rcs[r], ncclSuccess);
+    EXPECT_NE(errs[r].find("missing rank(s) 2"), std::string::npos) << errs[r];
+  }
+}
+
+TEST(Faults, PeerThatNeverCallsTimesOutWithItsName) {
+  setenv("TUTTI_TIMEOUT", "2", 1);
+  runRanks(2, [&](int r, ncclComm_t comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      return;
+    }
+    int32_t v = 1, out = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t rc = ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, comm, nullptr);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rc, ncclRemoteError);
+    std::string err = ncclGetLastError(comm);
+    EXPECT_NE(err.find("rank 1"), std::string::npos) << err;
+    EXPECT_LT(secs, 3.5);
+    // The communicator is broken from now on and says why.
+    EXPECT_EQ(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, comm, nullptr), ncclRemoteError);
+    ncclResult_t async = ncclSuccess;
+    EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclRemoteError);
+  });
+  unsetenv("TUTTI_TIMEOUT");
+}
+
+TEST(Config, NonBlockingInitReportsInProgressThenSuccess) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+      cfg.blocking = 0;
+      ncclComm_t c = nullptr;
+      ncclResult_t rc = ncclCommInitRankConfig(&c, 2, id, r, &cfg);
+      EXPECT_TRUE(rc == ncclInProgress || rc == ncclSuccess);
+      ncclResult_t st = ncclInProgress;
+      while (st == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(c, &st), ncclSuccess);
+      ASSERT_EQ(st, ncclSuccess);
+      int32_t v = r + 1, out = 0;
+      ASSERT_EQ(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, c, nullptr), ncclSuccess);
+      EXPECT_EQ(out, 3);
+      ASSERT_EQ(ncclCommFinalize(c), ncclSuccess);
+      ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+    });
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace
+}  // namespace tutti::test
