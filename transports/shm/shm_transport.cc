@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -260,11 +261,31 @@ const void* ShmConnection::peek(size_t* avail) {
 
 void ShmConnection::consume(size_t bytes) { recv_.consume(bytes); }
 
+namespace {
+
+// True when `pid` no longer runs: gone, or a zombie its parent has not reaped
+// yet (a launcher that reaps late must not hide a dead rank).
+bool processDead(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "r");
+  if (!f) return false;  // no procfs: rely on kill() alone
+  char buf[512];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* paren = strrchr(buf, ')');  // the command name may contain spaces
+  return paren && (paren[1] == ' ') && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+}  // namespace
+
 Status ShmConnection::checkAlive() {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();
   if (peerClosed()) return closedError();
   const int64_t pid = hdr_->pid[1 - side_].load(std::memory_order_acquire);
-  if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+  if (pid > 0 && processDead(static_cast<pid_t>(pid))) {
     return remoteError(fmt::format(
         "SHM: rank {} (pid {}) is gone: its process no longer exists (seen from rank {})", peer_,
         pid, rank_));

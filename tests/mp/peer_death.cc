@@ -1,0 +1,80 @@
+// A peer that dies mid-collective (SIGKILL): every surviving rank returns an
+// error naming the dead rank within the configured time, and nothing hangs.
+// Real processes; run once over shared memory and once over TCP.
+//   peer_death <nranks> <victim>   exit 0 when every survivor behaved.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? atoi(argv[1]) : 3;
+  const int victim = argc > 2 ? atoi(argv[2]) : n - 1;
+  setenv("TUTTI_TIMEOUT", "30", 0);  // upper bound; death must be seen much sooner
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  int pipes[2];
+  if (pipe(pipes) != 0) return 2;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(pipes[0]);
+      ncclComm_t comm;
+      if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) _exit(3);
+      const size_t count = 8 << 20;  // 32 MiB: the victim dies while data is in flight
+      std::vector<float> buf(count, 1.0f);
+      for (int it = 0;; ++it) {
+        if (r == victim && it == 2) {
+          // Die in the middle of the next collective: start it, then get killed.
+          if (fork() == 0) {
+            usleep(20000);
+            kill(getppid(), SIGKILL);
+            _exit(0);
+          }
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t rc = ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr);
+        if (rc != ncclSuccess) {
+          double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::string err = ncclGetLastError(comm);
+          std::string want = "rank " + std::to_string(victim);
+          bool named = err.find(want) != std::string::npos;
+          char line[1024];
+          snprintf(line, sizeof(line), "rank %d: error %d after %.2f s: %s%s\n", r, rc, s,
+                   err.c_str(), named ? "" : "  <-- does not name the dead rank");
+          if (write(pipes[1], line, strlen(line)) < 0) _exit(5);
+          ncclCommAbort(comm);
+          _exit(named && s < 20 ? 0 : 4);
+        }
+        if (it > 1000) _exit(6);  // the victim should be dead long before
+      }
+    }
+    pids.push_back(pid);
+  }
+  close(pipes[1]);
+  int failures = 0;
+  for (int r = 0; r < n; ++r) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);  // reaping at once lets shm see the death
+    if (r == victim) {
+      if (!WIFSIGNALED(status)) { fprintf(stderr, "victim was not killed\n"); failures++; }
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "rank %d: exit status %d\n", r, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      failures++;
+    }
+  }
+  char buf[4096];
+  ssize_t got;
+  while ((got = read(pipes[0], buf, sizeof(buf))) > 0) fwrite(buf, 1, got, stdout);
+  printf("%s\n", failures ? "FAILED" : "OK: every survivor named the dead rank");
+  return failures ? 1 : 0;
+}
