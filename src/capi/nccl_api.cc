@@ -202,7 +202,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
     if (needRecv && !recv)
       return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
   }
-  TUTTI_INFO(tutti::log::kColl, "{}: opCount ? sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
+  TUTTI_INFO(tutti::log::kColl, "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), static_cast<int>(op), root,
              static_cast<void*>(comm), n);
   return enqueue(fn, PendingOp{comm, coll, send, recv, count, dt, op, root});
@@ -280,9 +280,10 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.inPlace = inPlaceOf(*o, es);
     a.chunkBytes = chunk;
     algo::Schedule s = algo::makeSchedule(a);
-    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}",
+    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}",
                algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks,
-               s.algorithm, forcedAlgo()[0] ? " (NCCL_ALGO ignored: only ring/chain here)" : "");
+               s.algorithm, forcedAlgo()[0] ? " (NCCL_ALGO=" : "",
+               forcedAlgo()[0] ? std::string(forcedAlgo()) + " not applicable)" : "");
     scratchOff.push_back(scratchTotal);
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));

@@ -44,6 +44,15 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     }
   }
 
+  if (rank == 0) {
+    if (auto proto = params::get("NCCL_PROTO"))
+      TUTTI_INFO(log::kEnv, "NCCL_PROTO={} has no meaning on host transports; ignored", *proto);
+    if (auto algo = params::get("NCCL_ALGO"))
+      TUTTI_INFO(log::kEnv,
+                 "NCCL_ALGO={}: this release has one algorithm per collective (ring, chain or "
+                 "direct); the setting is accepted and logged",
+                 *algo);
+  }
   TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));
   c->shm_ = transport::makeShmTransport();
   c->tcp_ = transport::makeTcpTransport();

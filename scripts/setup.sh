@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build tutti, then configures
+# and builds it into ./build (or $TUTTI_BUILD_DIR). Safe to run repeatedly:
+# packages already present are not touched, and the build is incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Required to build and test. Optional features (CUDA, Level Zero, ibverbs,
+# UCX, libfabric, MPI, libtorch) are detected by CMake if installed, never required.
+PKGS=(build-essential cmake pkg-config libhwloc-dev libfmt-dev libgtest-dev googletest
+      libbenchmark-dev iproute2 procps)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "tutti setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+BUILD_DIR="${TUTTI_BUILD_DIR:-build}"
+JOBS="${TUTTI_JOBS:-$(nproc)}"
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${TUTTI_BUILD_TYPE:-RelWithDebInfo}" \
+  ${TUTTI_CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"
