@@ -427,17 +427,20 @@ Status execute(std::vector<Work*>& work) {
     // short nap for shared memory) so oversubscribed ranks still progress.
     if (idleIters < 64) continue;
     auto idleFor = now - lastProgress;
-    if (idleFor < std::chrono::microseconds(200)) {
-      sched_yield();
-      continue;
-    }
     fds.clear();
     bool allPollable = true;
     for (auto& r : runs)
       if (!r->done()) r->collectFds(&fds, &allPollable);
     if (allPollable && !fds.empty()) {
+      // Sockets only: the kernel wakes us when data arrives.
       ::poll(fds.data(), fds.size(), 1);
-    } else if (idleFor < std::chrono::milliseconds(5)) {
+      continue;
+    }
+    if (idleFor < std::chrono::microseconds(200)) {
+      sched_yield();
+      continue;
+    }
+    if (idleFor < std::chrono::milliseconds(5)) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
