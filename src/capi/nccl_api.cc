@@ -423,12 +423,15 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
 }
 
 void destroyComm(ncclComm* c, bool abort) {
-  if (c->initThread.joinable()) {
-    if (abort && c->impl) c->impl->abort();
-    c->initThread.join();
+  tutti::capi::unregisterComm(c);  // new calls on this handle fail from now on
+  if (c->initThread.joinable()) c->initThread.join();
+  if (c->impl) {
+    // ncclCommAbort may come from another thread while an operation runs:
+    // raise the flag, then wait until that operation has noticed it (within
+    // one stall check, 100 ms) and released the communicator.
+    if (abort) c->impl->abort();
+    std::lock_guard<std::mutex> lk(c->impl->mutex());
   }
-  tutti::capi::unregisterComm(c);
-  if (c->impl && abort) c->impl->abort();
   c->magic = 0;
   delete c;
 }

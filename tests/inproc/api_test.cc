@@ -205,6 +205,30 @@ TEST(Faults, PeerThatNeverCallsTimesOutWithItsName) {
   unsetenv("TUTTI_TIMEOUT");
 }
 
+TEST(Faults, AbortFromAnotherThreadUnblocksAWaitingCall) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(2);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), 2, nullptr), ncclSuccess);
+  std::atomic<bool> returned{false};
+  ncclResult_t rc = ncclSuccess;
+  double secs = 0;
+  std::thread waiter([&] {
+    int32_t v = 1, out = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    rc = ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, comms[0], nullptr);  // rank 1 never joins
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(returned.load());
+  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  waiter.join();
+  EXPECT_NE(rc, ncclSuccess);
+  EXPECT_LT(secs, 2.0);
+  ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+
 TEST(Config, NonBlockingInitReportsInProgressThenSuccess) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
