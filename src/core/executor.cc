@@ -57,6 +57,11 @@ struct PeerRun {
   // left and receives are still pending.
   std::vector<uint8_t> closed;
   size_t nClosed = 0;
+  // Socket channels move bytes only when poll() said they can (one poll per
+  // pass instead of a failing recv/send per channel: syscalls are not free).
+  std::vector<int> fd;           // -1: not pollable (shared memory): always try
+  std::vector<uint8_t> canRecv;  // set before each pass
+  std::vector<uint8_t> canSend;
   Status closedStatus;
   bool suspect = false;  // a liveness check failed at suspectSince
   Clock::time_point suspectSince{};
@@ -75,7 +80,10 @@ class Run {
   Status pass(bool* progress);
   bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0; }
   Status checkStalled(Clock::time_point lastProgress);
-  void collectFds(std::vector<pollfd>* fds, bool* allPollable);
+  // Adds the sockets this run waits on; *unpollable when some pending
+  // channel has no fd (shared memory) and must be polled by trying.
+  void preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
+                   bool* unpollable);
 
  private:
   uint8_t* addr(uint32_t inst, const algo::Ref& r) const {
@@ -131,6 +139,11 @@ Status Run::start() {
     p.out.resize(c_->nChannels());
     p.in.resize(c_->nChannels());
     p.closed.assign(c_->nChannels(), 0);
+    p.fd.assign(c_->nChannels(), -1);
+    p.canRecv.assign(c_->nChannels(), 1);
+    p.canSend.assign(c_->nChannels(), 1);
+    for (int ch = 0; ch < c_->nChannels(); ++ch)
+      p.fd[ch] = c_->channel(p.peer, ch).conn->waitHint();
   }
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
     const auto& s = w_->schedules[i];
@@ -315,8 +328,8 @@ Status Run::pass(bool* progress) {
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
-      if (p.sendsLeft) TUTTI_RETURN_IF_ERROR(progressSend(p, ch, progress));
-      if (p.recvsLeft) TUTTI_RETURN_IF_ERROR(progressRecv(p, ch, progress));
+      if (p.sendsLeft && p.canSend[ch]) TUTTI_RETURN_IF_ERROR(progressSend(p, ch, progress));
+      if (p.recvsLeft && p.canRecv[ch]) TUTTI_RETURN_IF_ERROR(progressRecv(p, ch, progress));
     }
   }
   return Status::ok();
@@ -359,19 +372,24 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
                                  waiting));
 }
 
-void Run::collectFds(std::vector<pollfd>* fds, bool* allPollable) {
+void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
+                      bool* unpollable) {
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
-      int fd = c_->channel(p.peer, ch).conn->waitHint();
-      if (fd < 0) {
-        *allPollable = false;
+      if (p.fd[ch] < 0) {
+        if (!p.closed[ch]) *unpollable = true;
         continue;
       }
       short ev = 0;
-      if (p.recvsLeft) ev |= POLLIN;
-      if (p.out[ch].send >= 0 || !p.ready.empty()) ev |= POLLOUT;
-      fds->push_back({fd, ev, 0});
+      const RecvState& rx = c_->channel(p.peer, ch).rx;
+      bool parked = rx.haveHeader && rx.hdr.seq != p.seq;  // a later operation's message
+      if (p.recvsLeft && !p.closed[ch] && !parked) ev |= POLLIN;
+      if (p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty())) ev |= POLLOUT;
+      p.canRecv[ch] = p.canSend[ch] = 0;
+      if (!ev) continue;
+      fds->push_back({p.fd[ch], ev, 0});
+      owners->emplace_back(&p, ch);
     }
   }
 }
@@ -392,9 +410,31 @@ Status execute(std::vector<Work*>& work) {
   auto lastProgress = Clock::now();
   auto lastCheck = lastProgress;
   uint64_t idleIters = 0;
+  bool progress = true;
   std::vector<pollfd> fds;
+  std::vector<std::pair<PeerRun*, int>> owners;
   for (;;) {
-    bool progress = false, allDone = true;
+    // Which sockets can move bytes: without waiting after progress or while
+    // shared-memory channels must be spun on, else sleeping up to 1 ms.
+    fds.clear();
+    owners.clear();
+    bool unpollable = false;
+    for (auto& r : runs)
+      if (!r->done()) r->preparePoll(&fds, &owners, &unpollable);
+    if (!fds.empty()) {
+      int rc = ::poll(fds.data(), fds.size(), progress || unpollable ? 0 : 1);
+      if (rc > 0) {
+        for (size_t k = 0; k < fds.size(); ++k) {
+          short re = fds[k].revents;
+          PeerRun* p = owners[k].first;
+          int ch = owners[k].second;
+          p->canRecv[ch] = (re & (POLLIN | POLLERR | POLLHUP)) != 0;
+          p->canSend[ch] = (re & (POLLOUT | POLLERR | POLLHUP)) != 0;
+        }
+      }
+    }
+    progress = false;
+    bool allDone = true;
     for (size_t i = 0; i < runs.size(); ++i) {
       if (runs[i]->done()) continue;
       Status st = runs[i]->pass(&progress);
@@ -423,23 +463,11 @@ Status execute(std::vector<Work*>& work) {
         }
       }
     }
-    // Spin briefly, then yield the core, then sleep on the sockets (or a
-    // short nap for shared memory) so oversubscribed ranks still progress.
+    if (!unpollable) continue;  // the next poll() sleeps until a socket is ready
+    // Shared memory: spin briefly, then yield the core, then nap, so ranks
+    // that outnumber cores still progress.
     if (idleIters < 64) continue;
     auto idleFor = now - lastProgress;
-    fds.clear();
-    bool allPollable = true;
-    for (auto& r : runs)
-      if (!r->done()) r->collectFds(&fds, &allPollable);
-    if (allPollable && !fds.empty()) {
-      // Sockets only: the kernel wakes us when data arrives.
-      ::poll(fds.data(), fds.size(), 1);
-      continue;
-    }
-    if (idleFor < std::chrono::microseconds(200)) {
-      sched_yield();
-      continue;
-    }
     if (idleFor < std::chrono::milliseconds(5)) {
       sched_yield();
     } else {
