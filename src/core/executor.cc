@@ -75,6 +75,9 @@ class Run {
  public:
   explicit Run(Work* w) : w_(w), c_(w->comm) {}
 
+  // The peers this run exchanges messages with (they must be connected
+  // before start()).
+  std::vector<int> peerList();
   Status start();
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
@@ -121,19 +124,26 @@ void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
   }
 }
 
-Status Run::start() {
-  slot_.assign(c_->nranks(), -1);
-  std::vector<int> peerList;
+std::vector<int> Run::peerList() {
+  std::vector<int> list;
+  std::vector<bool> seen(c_->nranks(), false);
   for (auto& s : w_->schedules)
     for (int p : s.peers)
-      if (slot_[p] < 0) {
-        slot_[p] = static_cast<int>(peers_.size());
-        PeerRun pr;
-        pr.peer = p;
-        peers_.push_back(std::move(pr));
-        peerList.push_back(p);
+      if (!seen[p]) {
+        seen[p] = true;
+        list.push_back(p);
       }
-  TUTTI_RETURN_IF_ERROR(c_->ensureConnected(peerList));
+  return list;
+}
+
+Status Run::start() {
+  slot_.assign(c_->nranks(), -1);
+  for (int p : peerList()) {
+    slot_[p] = static_cast<int>(peers_.size());
+    PeerRun pr;
+    pr.peer = p;
+    peers_.push_back(std::move(pr));
+  }
   for (auto& p : peers_) {
     p.seq = c_->nextSeq(p.peer);
     p.out.resize(c_->nChannels());
@@ -398,14 +408,27 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
 
 Status execute(std::vector<Work*>& work) {
   std::vector<std::unique_ptr<Run>> runs;
-  for (Work* w : work) {
-    auto run = std::make_unique<Run>(w);
-    Status st = run->start();
+  for (Work* w : work) runs.push_back(std::make_unique<Run>(w));
+  // Connections first. Communicators driven by this one thread (a group over
+  // several ranks of one process) connect concurrently: one waiting for its
+  // peer would otherwise wait for a rank this very thread has yet to drive.
+  std::vector<Status> connected(runs.size());
+  if (runs.size() == 1) {
+    connected[0] = work[0]->comm->ensureConnected(runs[0]->peerList());
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < runs.size(); ++i)
+      threads.emplace_back(
+          [&, i] { connected[i] = work[i]->comm->ensureConnected(runs[i]->peerList()); });
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Status st = connected[i];
+    if (st) st = runs[i]->start();
     if (!st) {
-      w->comm->setError(st);
+      work[i]->comm->setError(st);
       return st;
     }
-    runs.push_back(std::move(run));
   }
   auto lastProgress = Clock::now();
   auto lastCheck = lastProgress;

@@ -38,6 +38,35 @@ TEST(Groups, OneThreadInitialisesAndDrivesEveryRank) {
   }
 }
 
+// Direct exchanges need connections made on first use; one thread driving
+// every rank must not wait for a peer it has yet to drive.
+TEST(Groups, OneThreadDrivesAllToAllAndPointToPoint) {
+  const int n = 3;
+  std::vector<ncclComm_t> comms(n);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, nullptr), ncclSuccess);
+  const size_t count = 5000;
+  std::vector<std::vector<int32_t>> in(n, std::vector<int32_t>(count * n)), out = in, p2p = in;
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count * n; ++i) in[r][i] = static_cast<int32_t>(r * 100000 + i);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclAlltoAll(in[r].data(), out[r].data(), count, ncclInt32, comms[r], nullptr),
+              ncclSuccess);
+    int to = (r + 2) % n, from = (r + n - 2) % n;
+    ASSERT_EQ(ncclSend(in[r].data(), count, ncclInt32, to, comms[r], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(p2p[r].data(), count, ncclInt32, from, comms[r], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    int from = (r + n - 2) % n;
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(out[r][q * count + i], in[q][r * count + i]) << r << " " << q << " " << i;
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(p2p[r][i], in[from][i]);
+  }
+  for (auto c : comms) ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 TEST(Groups, CommInitAll) {
   const int n = 3;
   std::vector<ncclComm_t> comms(n);
