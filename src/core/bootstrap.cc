@@ -57,26 +57,8 @@ net::SockAddr fromWire(uint16_t family, uint16_t port, const uint8_t ip[16]) {
   return a;
 }
 
-net::SockAddr wildcard(int family) {
-  net::SockAddr a;
-  if (family == AF_INET6) {
-    auto* s6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
-    s6->sin6_family = AF_INET6;
-    s6->sin6_addr = in6addr_any;
-    a.len = sizeof(sockaddr_in6);
-  } else {
-    auto* s4 = reinterpret_cast<sockaddr_in*>(&a.ss);
-    s4->sin_family = AF_INET;
-    s4->sin_addr.s_addr = htonl(INADDR_ANY);
-    a.len = sizeof(sockaddr_in);
-  }
-  return a;
-}
-
 bool secretEqual(const uint8_t* a, const uint8_t* b) {
-  uint8_t diff = 0;
-  for (size_t i = 0; i < kSecretBytes; ++i) diff |= static_cast<uint8_t>(a[i] ^ b[i]);
-  return diff == 0;
+  return net::constantTimeEqual(a, b, kSecretBytes);
 }
 
 struct Hello {
@@ -240,7 +222,7 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
   id.rootHostId = localHostId();
   net::SockAddr bindAddr = ext;
   if (!net::interfacePinned()) {
-    bindAddr = wildcard(ext.family());
+    bindAddr = net::wildcardAddr(ext.family());
     id.flags |= kIdRootWildcard;
   }
   bindAddr.setPort(0);
@@ -292,7 +274,7 @@ Status Bootstrap::start() {
   std::string ifName;
   TUTTI_ASSIGN_OR_RETURN(localAddr_, net::selectInterface(&ifName));
   bool pinned = net::interfacePinned();
-  net::SockAddr bindAddr = pinned ? localAddr_ : wildcard(localAddr_.family());
+  net::SockAddr bindAddr = pinned ? localAddr_ : net::wildcardAddr(localAddr_.family());
   bindAddr.setPort(0);
   net::SockAddr bound;
   TUTTI_ASSIGN_OR_RETURN(listener_, net::Socket::listen(bindAddr, &bound));
@@ -408,19 +390,13 @@ void Bootstrap::serviceLoop() {
   }
 }
 
-Result<net::Socket*> Bootstrap::peerSocket(int peer) {
-  auto it = out_.find(peer);
-  if (it != out_.end()) return &it->second;
-  std::string what = fmt::format("rank {} ({})", peer, peers_[peer].hostname);
-  TUTTI_ASSIGN_OR_RETURN(net::Socket s,
-                         net::Socket::connect(peerAddr(peer), deadline(), abortFlag_, what));
-  Hello h{kHelloMagic, rank_, {}};
-  memcpy(h.secret, id_.secret, kSecretBytes);
-  TUTTI_RETURN_IF_ERROR(s.sendAll(&h, sizeof(h), deadline(), abortFlag_, what));
-  return &out_.emplace(peer, std::move(s)).first->second;
-}
 
 Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
+  return sendUntil(peer, tag, data, bytes, deadline());
+}
+
+Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
+                            net::Clock::time_point dl) {
   if (peer < 0 || peer >= nranks_) return internalError("bootstrap send to invalid peer");
   if (peer == rank_) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -430,7 +406,19 @@ Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
     return Status::ok();
   }
   std::lock_guard<std::mutex> lk(sendMu_);
-  TUTTI_ASSIGN_OR_RETURN(net::Socket * s, peerSocket(peer));
+  net::Socket* s = nullptr;
+  auto it = out_.find(peer);
+  if (it != out_.end()) {
+    s = &it->second;
+  } else {
+    std::string what = fmt::format("rank {} ({})", peer, peers_[peer].hostname);
+    TUTTI_ASSIGN_OR_RETURN(net::Socket sock,
+                           net::Socket::connect(peerAddr(peer), dl, abortFlag_, what));
+    Hello h{kHelloMagic, rank_, {}};
+    memcpy(h.secret, id_.secret, kSecretBytes);
+    TUTTI_RETURN_IF_ERROR(sock.sendAll(&h, sizeof(h), dl, abortFlag_, what));
+    s = &out_.emplace(peer, std::move(sock)).first->second;
+  }
   struct {
     uint32_t magic;
     uint32_t pad;
@@ -438,7 +426,6 @@ Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
     uint64_t bytes;
   } hdr{kFrameMagic, 0, tag, bytes};
   std::string what = "rank " + std::to_string(peer);
-  auto dl = deadline();
   Status st = s->sendAll(&hdr, sizeof(hdr), dl, abortFlag_, what);
   if (st) st = s->sendAll(data, bytes, dl, abortFlag_, what);
   if (!st) out_.erase(peer);
@@ -446,7 +433,12 @@ Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
 }
 
 Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
-  auto dl = deadline();
+  return recvUntil(peer, tag, deadline(), abortFlag_);
+}
+
+Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag,
+                                                  net::Clock::time_point dl,
+                                                  const std::atomic<bool>* abortFlag) {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     auto it = mailbox_.find({peer, tag});
@@ -456,11 +448,12 @@ Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
       if (it->second.empty()) mailbox_.erase(it);
       return v;
     }
-    if (abortFlag_ && abortFlag_->load()) return invalidUsage("communicator aborted");
-    if (net::Clock::now() >= dl)
-      return remoteError(fmt::format("timed out after {} s waiting for a control message from rank {} ({})",
-                                     timeoutSec_, peer, peers_[peer].hostname));
-    cv_.wait_for(lk, std::chrono::milliseconds(20));
+    if (abortFlag && abortFlag->load()) return invalidUsage("communicator aborted");
+    auto now = net::Clock::now();
+    if (now >= dl)
+      return remoteError(fmt::format("timed out waiting for a control message from rank {} ({})",
+                                     peer, peers_[peer].hostname));
+    cv_.wait_for(lk, std::min<net::Clock::duration>(dl - now, std::chrono::milliseconds(10)));
   }
 }
 

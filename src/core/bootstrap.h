@@ -85,6 +85,11 @@ class Bootstrap : public transport::ControlChannel {
 
   Status send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   Result<std::vector<uint8_t>> recv(int peer, uint64_t tag) override;
+  Result<std::vector<uint8_t>> recvUntil(int peer, uint64_t tag, net::Clock::time_point deadline,
+                                         const std::atomic<bool>* abortFlag) override;
+  // send() with its own deadline (best-effort notices to peers that may be gone).
+  Status sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
+                   net::Clock::time_point deadline);
   // data holds nranks blocks of `bytes`; this rank's block must be filled.
   Status allGather(void* data, size_t bytes);
   Status barrier();
@@ -102,7 +107,6 @@ class Bootstrap : public transport::ControlChannel {
   Bootstrap() = default;
   Status start();
   void serviceLoop();
-  Result<net::Socket*> peerSocket(int peer);
   net::SockAddr peerAddr(int peer) const;
 
   UniqueIdData id_{};

@@ -186,3 +186,31 @@ std::vector<uint64_t> Comm::channelMessages() const {
 }
 
 }  // namespace tutti::core
+
+namespace tutti::core {
+namespace {
+constexpr uint64_t kFailureNoticeTag = 5ull << 60;
+}
+
+void Comm::noticeFailure(const Status& cause) {
+  if (!bootstrap_) return;
+  std::string text = cause.message();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_ || channels_[p].empty() || !channels_[p][0].conn) continue;
+    (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
+  }
+}
+
+Status Comm::explainPeerFailure(int peer, const Status& observed,
+                                std::chrono::milliseconds wait) {
+  if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
+  auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,
+                                   nullptr);
+  if (!got) return observed;  // no notice: the observation is the root cause
+  std::string why(got->begin(), got->end());
+  return Status(observed.code(),
+                fmt::format("{} gave up after an error of its own: {}", describePeer(peer), why));
+}
+
+}  // namespace tutti::core

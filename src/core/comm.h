@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -102,6 +103,16 @@ class Comm {
   int throttleUs() const { return throttleUs_; }
 
   std::vector<uint64_t> channelMessages() const;
+
+  // Failure explanations between ranks. When an operation fails here, every
+  // connected peer is told why (best effort, within 1 s) before this rank
+  // closes its connections; a peer that then sees this rank close looks for
+  // that notice (waiting up to `wait`) and reports the root cause, so every
+  // survivor of a crash names the rank that died, not the neighbour that
+  // gave up first.
+  void noticeFailure(const Status& cause);
+  Status explainPeerFailure(int peer, const Status& observed,
+                            std::chrono::milliseconds wait = std::chrono::milliseconds(300));
 
  private:
   Comm() = default;

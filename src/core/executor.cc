@@ -82,6 +82,8 @@ class Run {
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
   bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0; }
+  // The peer whose connection failed, when the last error came from one.
+  int failedPeer() const { return failedPeer_; }
   Status checkStalled(Clock::time_point lastProgress);
   // Adds the sockets this run waits on; *unpollable when some pending
   // channel has no fd (shared memory) and must be polled by trying.
@@ -106,6 +108,7 @@ class Run {
   std::vector<PeerRun> peers_;
   std::vector<int> slot_;  // rank -> index in peers_
   size_t sendsLeft_ = 0, recvsLeft_ = 0;
+  int failedPeer_ = -1;
 };
 
 void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
@@ -221,7 +224,10 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     if (o.hdrSent < kHdr) {
       auto n = chan.conn->trySend(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
                                   kHdr - o.hdrSent);
-      if (!n) return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      if (!n) {
+        failedPeer_ = p.peer;
+        return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      }
       if (*n) *progress = true;
       o.hdrSent += *n;
       if (o.hdrSent < kHdr) return Status::ok();
@@ -229,7 +235,10 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     if (o.paySent < sd.bytes) {
       const uint8_t* src = addr(sends_[o.send].inst, sd.src);
       auto n = chan.conn->trySend(src + o.paySent, sd.bytes - o.paySent);
-      if (!n) return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      if (!n) {
+        failedPeer_ = p.peer;
+        return n.status().withContext("sending to " + c_->describePeer(p.peer));
+      }
       if (*n) *progress = true;
       o.paySent += *n;
       if (o.paySent < sd.bytes) return Status::ok();
@@ -275,10 +284,16 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
         p.closed[ch] = 1;
         p.nClosed++;
         p.closedStatus = n.status().withContext("receiving from " + c_->describePeer(p.peer));
-        if (p.nClosed == p.closed.size() && p.recvsLeft) return p.closedStatus;
+        if (p.nClosed == p.closed.size() && p.recvsLeft) {
+          failedPeer_ = p.peer;
+          return p.closedStatus;
+        }
         return Status::ok();
       }
-      if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      if (!n) {
+        failedPeer_ = p.peer;
+        return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      }
       if (*n) *progress = true;
       rx.hdrGot += *n;
       if (rx.hdrGot < kHdr) return Status::ok();
@@ -304,7 +319,10 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
     if (in.payGot < r.bytes) {
       uint8_t* to = r.action == algo::RecvAction::kCopy ? addr(inst, r.dst) : chan.staging.data();
       auto n = chan.conn->tryRecv(to + in.payGot, r.bytes - in.payGot);
-      if (!n) return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      if (!n) {
+        failedPeer_ = p.peer;
+        return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+      }
       if (*n) *progress = true;
       in.payGot += *n;
     }
@@ -353,7 +371,10 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       // Some channel closed: the peer has left. Whatever is still in flight on
       // the open channels arrives within the stall check period; after that
       // the pending receives can never complete.
-      if (Clock::now() - lastProgress > std::chrono::seconds(1)) return p.closedStatus;
+      if (Clock::now() - lastProgress > std::chrono::seconds(1)) {
+        failedPeer_ = p.peer;
+        return p.closedStatus;
+      }
     }
     // A failed liveness check is only a suspicion: a peer that finished and
     // closed may have left its last bytes in flight, and those are read
@@ -367,6 +388,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
         p.suspect = true;
         p.suspectSince = now;
       } else if (now - p.suspectSince > std::chrono::milliseconds(500)) {
+        failedPeer_ = p.peer;
         return st.withContext(c_->describePeer(p.peer));
       }
     }
@@ -404,6 +426,15 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
   }
 }
 
+// A run failed: find the root cause (a peer that gave up may have said why),
+// tell the peers, and break the communicator.
+Status fail(Run* run, Work* w, Status st) {
+  if (run && run->failedPeer() >= 0) st = w->comm->explainPeerFailure(run->failedPeer(), st);
+  w->comm->setError(st);
+  w->comm->noticeFailure(st);
+  return st;
+}
+
 }  // namespace
 
 Status execute(std::vector<Work*>& work) {
@@ -425,10 +456,7 @@ Status execute(std::vector<Work*>& work) {
   for (size_t i = 0; i < runs.size(); ++i) {
     Status st = connected[i];
     if (st) st = runs[i]->start();
-    if (!st) {
-      work[i]->comm->setError(st);
-      return st;
-    }
+    if (!st) return fail(runs[i].get(), work[i], st);
   }
   auto lastProgress = Clock::now();
   auto lastCheck = lastProgress;
@@ -461,10 +489,7 @@ Status execute(std::vector<Work*>& work) {
     for (size_t i = 0; i < runs.size(); ++i) {
       if (runs[i]->done()) continue;
       Status st = runs[i]->pass(&progress);
-      if (!st) {
-        work[i]->comm->setError(st);
-        return st;
-      }
+      if (!st) return fail(runs[i].get(), work[i], st);
       if (!runs[i]->done()) allDone = false;
     }
     if (allDone) return Status::ok();
@@ -480,10 +505,7 @@ Status execute(std::vector<Work*>& work) {
       for (size_t i = 0; i < runs.size(); ++i) {
         if (runs[i]->done()) continue;
         Status st = runs[i]->checkStalled(lastProgress);
-        if (!st) {
-          work[i]->comm->setError(st);
-          return st;
-        }
+        if (!st) return fail(runs[i].get(), work[i], st);
       }
     }
     if (!unpollable) continue;  // the next poll() sleeps until a socket is ready

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <thread>
@@ -82,32 +83,79 @@ Result<SockAddr> parseAddr(const std::string& hostPort) {
   return a;
 }
 
-SockAddr loopbackAddr(int family) {
+Result<SockAddr> parseIp(const std::string& literal, uint16_t port) {
+  std::string host = literal;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr)
+    return invalidArgument(
+        fmt::format("'{}' is not a numeric IPv4/IPv6 address ({})", literal, gai_strerror(rc)));
+  SockAddr out;
+  memcpy(&out.ss, res->ai_addr, res->ai_addrlen);
+  out.len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return out;
+}
+
+Result<SockAddr> parseNumericAddr(const std::string& endpoint) {
+  size_t colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= endpoint.size())
+    return invalidArgument(fmt::format("malformed endpoint '{}' (expected ip:port)", endpoint));
+  char* end = nullptr;
+  unsigned long port = std::strtoul(endpoint.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port == 0 || port > 65535)
+    return invalidArgument(fmt::format("malformed port in endpoint '{}'", endpoint));
+  return parseIp(endpoint.substr(0, colon), static_cast<uint16_t>(port));
+}
+
+namespace {
+
+SockAddr fixedAddr(int family, const in6_addr& v6, uint32_t v4) {
   SockAddr a;
   if (family == AF_INET6) {
     auto* s6 = reinterpret_cast<sockaddr_in6*>(&a.ss);
     s6->sin6_family = AF_INET6;
-    s6->sin6_addr = in6addr_loopback;
+    s6->sin6_addr = v6;
     a.len = sizeof(sockaddr_in6);
   } else {
     auto* s4 = reinterpret_cast<sockaddr_in*>(&a.ss);
     s4->sin_family = AF_INET;
-    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    s4->sin_addr.s_addr = htonl(v4);
     a.len = sizeof(sockaddr_in);
   }
   return a;
 }
 
+}  // namespace
+
+SockAddr loopbackAddr(int family) { return fixedAddr(family, in6addr_loopback, INADDR_LOOPBACK); }
+SockAddr wildcardAddr(int family) { return fixedAddr(family, in6addr_any, INADDR_ANY); }
+
+int preferredFamily() {
+  std::string f = params::getStr("NCCL_SOCKET_FAMILY", "");
+  if (f == "AF_INET" || f == "4" || f == "inet") return AF_INET;
+  if (f == "AF_INET6" || f == "6" || f == "inet6") return AF_INET6;
+  if (!f.empty())
+    TUTTI_WARN("NCCL_SOCKET_FAMILY={} not understood (AF_INET or AF_INET6); ignored", f);
+  return AF_UNSPEC;
+}
+
+bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
+  volatile uint8_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff = diff | static_cast<uint8_t>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 bool interfacePinned() { return params::get("NCCL_SOCKET_IFNAME").has_value(); }
 
 namespace {
-
-int wantedFamily() {
-  std::string f = params::getStr("NCCL_SOCKET_FAMILY", "");
-  if (f == "AF_INET6" || f == "6") return AF_INET6;
-  if (f == "AF_INET" || f == "4") return AF_INET;
-  return AF_UNSPEC;
-}
 
 bool matchIf(const std::string& name, const std::string& spec) {
   std::string s = spec;
@@ -128,7 +176,7 @@ bool matchIf(const std::string& name, const std::string& spec) {
 
 Result<SockAddr> selectInterface(std::string* ifName) {
   auto spec = params::get("NCCL_SOCKET_IFNAME");
-  int family = wantedFamily();
+  int family = preferredFamily();
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return errnoError("getifaddrs", errno);
   std::vector<std::pair<std::string, SockAddr>> found;

@@ -23,6 +23,8 @@ struct SockAddr {
   sockaddr_storage ss{};
   socklen_t len = 0;
   int family() const { return ss.ss_family; }
+  const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&ss); }
+  sockaddr* sa() { return reinterpret_cast<sockaddr*>(&ss); }
   uint16_t port() const;
   void setPort(uint16_t port);
   std::string str() const;  // "1.2.3.4:5" or "[::1]:5"
@@ -32,8 +34,19 @@ static_assert(sizeof(sockaddr_storage) == 128, "unexpected sockaddr_storage");
 
 // "host:port", "[v6]:port", "1.2.3.4:port" (name resolution through getaddrinfo).
 Result<SockAddr> parseAddr(const std::string& hostPort);
-// Loopback of the given family (AF_INET or AF_INET6).
+// Numeric only (no name resolution: endpoints that peers send are never
+// looked up): "1.2.3.4:5", "[::1]:5"; the port must be 1..65535.
+Result<SockAddr> parseNumericAddr(const std::string& endpoint);
+// A numeric IPv4/IPv6 literal (brackets allowed) with a port.
+Result<SockAddr> parseIp(const std::string& literal, uint16_t port);
+// Loopback / wildcard of the given family (AF_INET6, else IPv4).
 SockAddr loopbackAddr(int family);
+SockAddr wildcardAddr(int family);
+// NCCL_SOCKET_FAMILY: AF_INET, AF_INET6 or AF_UNSPEC (unset; unknown values
+// are warned about and ignored).
+int preferredFamily();
+// Compares secrets in time independent of where they differ.
+bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n);
 // The address this process uses towards other hosts: NCCL_SOCKET_IFNAME
 // (prefix list, "^" excludes, "=" exact) and NCCL_SOCKET_FAMILY honoured; by
 // default the first up, non-loopback, non-docker interface, else loopback.

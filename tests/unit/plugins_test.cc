@@ -1,6 +1,9 @@
 // Plugin lookup order: next to the library first, then TUTTI_PLUGIN_PATH.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <cstdlib>
 #include <fstream>
@@ -10,10 +13,11 @@
 namespace tutti::core {
 namespace {
 
+// A fresh directory per run, so files of an earlier run cannot interfere.
 std::string makeDir(const std::string& name) {
-  std::string d = ::testing::TempDir() + name;
-  mkdir(d.c_str(), 0755);
-  return d;
+  std::string tmpl = ::testing::TempDir() + name + "_XXXXXX";
+  char* d = mkdtemp(tmpl.data());
+  return d ? std::string(d) : std::string();
 }
 
 TEST(Plugins, SearchesBesideTheLibraryThenThePluginPath) {
@@ -41,6 +45,10 @@ TEST(Plugins, SearchesBesideTheLibraryThenThePluginPath) {
   EXPECT_FALSE(findPlugin("backend", a + "/none.so").isOk());
   EXPECT_FALSE(findPlugin("backend", "").isOk());
   unsetenv("TUTTI_PLUGIN_PATH");
+  for (const auto& d : {a, b}) {
+    std::remove((d + "/libtutti-backend-fake.so").c_str());
+    rmdir(d.c_str());
+  }
 }
 
 }  // namespace

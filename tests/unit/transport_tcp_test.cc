@@ -28,7 +28,7 @@ using testing::pump;
 int rawConnect(Pair& p, uint64_t tagBase) {
   auto msg = p.box.take(0, 1, tagBase, Clock::now() + 5s, nullptr, /*remove=*/false);
   if (!msg.isOk()) return -1;
-  auto addr = tcp::parseEndpoint(std::string(msg->begin(), msg->end()));
+  auto addr = net::parseNumericAddr(std::string(msg->begin(), msg->end()));
   if (!addr.isOk()) return -1;
   int fd = socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -175,13 +175,13 @@ TEST(TcpTransport, ExplicitIpv4AddressAndEndpointParsing) {
   ASSERT_EQ(getsockname(r0.value()->waitHint(), reinterpret_cast<sockaddr*>(&sa), &len), 0);
   EXPECT_EQ(ntohl(sa.sin_addr.s_addr), 0x7f000002u);
 
-  EXPECT_FALSE(tcp::parseEndpoint("127.0.0.1").isOk());
-  EXPECT_FALSE(tcp::parseEndpoint("host.example:80").isOk());
-  EXPECT_FALSE(tcp::parseEndpoint("127.0.0.1:99999").isOk());
-  auto v6 = tcp::parseEndpoint("[::1]:4242");
+  EXPECT_FALSE(net::parseNumericAddr("127.0.0.1").isOk());
+  EXPECT_FALSE(net::parseNumericAddr("host.example:80").isOk());
+  EXPECT_FALSE(net::parseNumericAddr("127.0.0.1:99999").isOk());
+  auto v6 = net::parseNumericAddr("[::1]:4242");
   ASSERT_TRUE(v6.isOk());
-  EXPECT_EQ(tcp::formatEndpoint(*v6), "[::1]:4242");
-  EXPECT_EQ(tcp::portOf(*v6), 4242);
+  EXPECT_EQ(v6->str(), "[::1]:4242");
+  EXPECT_EQ(v6->port(), 4242);
 }
 
 TEST(TcpTransport, SocketBufferSizesFromEnv) {

@@ -20,84 +20,11 @@
 
 namespace tutti::transport::tcp {
 
-int preferredFamily() {
-  std::string f = params::getStr("NCCL_SOCKET_FAMILY", "");
-  if (f == "AF_INET" || f == "4" || f == "inet") return AF_INET;
-  if (f == "AF_INET6" || f == "6" || f == "inet6") return AF_INET6;
-  if (!f.empty())
-    TUTTI_WARN("NCCL_SOCKET_FAMILY={} not understood (AF_INET or AF_INET6); ignored", f);
-  return AF_UNSPEC;
-}
 
-Result<SockAddr> parseIp(const std::string& literal, uint16_t port) {
-  std::string host = literal;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_family = AF_UNSPEC;
-  addrinfo* res = nullptr;
-  std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    return invalidArgument(fmt::format("TCP: '{}' is not a numeric IPv4/IPv6 address ({})", literal,
-                                       gai_strerror(rc)));
-  }
-  SockAddr out;
-  std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
-  out.len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return out;
-}
 
-Result<SockAddr> parseEndpoint(const std::string& endpoint) {
-  size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= endpoint.size()) {
-    return invalidArgument(fmt::format("TCP: malformed endpoint '{}'", endpoint));
-  }
-  char* end = nullptr;
-  unsigned long port = std::strtoul(endpoint.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port == 0 || port > 65535) {
-    return invalidArgument(fmt::format("TCP: malformed port in endpoint '{}'", endpoint));
-  }
-  return parseIp(endpoint.substr(0, colon), static_cast<uint16_t>(port));
-}
 
-std::string formatEndpoint(const SockAddr& addr) {
-  char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 2] = {};
-  char serv[16] = {};
-  if (getnameinfo(addr.sa(), addr.len, host, sizeof(host), serv, sizeof(serv),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "<unprintable address>";
-  }
-  if (addr.family() == AF_INET6) return fmt::format("[{}]:{}", host, serv);
-  return fmt::format("{}:{}", host, serv);
-}
 
-uint16_t portOf(const SockAddr& addr) {
-  if (addr.family() == AF_INET6) {
-    return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr.storage)->sin6_port);
-  }
-  return ntohs(reinterpret_cast<const sockaddr_in*>(&addr.storage)->sin_port);
-}
 
-SockAddr loopback(int family) {
-  SockAddr out;
-  if (family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&out.storage);
-    a->sin6_family = AF_INET6;
-    a->sin6_addr = in6addr_loopback;
-    out.len = sizeof(sockaddr_in6);
-  } else {
-    auto* a = reinterpret_cast<sockaddr_in*>(&out.storage);
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    out.len = sizeof(sockaddr_in);
-  }
-  return out;
-}
 
 void tuneSocket(int fd) {
   int one = 1;
@@ -190,10 +117,5 @@ Status recvAll(int fd, void* data, size_t bytes, const ConnectContext& ctx, cons
   return Status::ok();
 }
 
-bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < n; ++i) diff = diff | static_cast<uint8_t>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 }  // namespace tutti::transport::tcp

@@ -18,31 +18,15 @@
 #include <cstdint>
 #include <string>
 
+#include "core/socket.h"
 #include "core/status.h"
 #include "core/transport.h"
 
 namespace tutti::transport::tcp {
 
-struct SockAddr {
-  sockaddr_storage storage{};
-  socklen_t len = 0;
-  int family() const { return storage.ss_family; }
-  const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
-  sockaddr* sa() { return reinterpret_cast<sockaddr*>(&storage); }
-};
+// Addresses are the control plane's (core/socket.h): one type, one parser.
+using SockAddr = net::SockAddr;
 
-// AF_INET, AF_INET6 or AF_UNSPEC from NCCL_SOCKET_FAMILY.
-int preferredFamily();
-// Numeric IP literal (brackets allowed around IPv6) plus port.
-Result<SockAddr> parseIp(const std::string& literal, uint16_t port);
-// "addr:port" / "[addr]:port".
-Result<SockAddr> parseEndpoint(const std::string& endpoint);
-std::string formatEndpoint(const SockAddr& addr);
-uint16_t portOf(const SockAddr& addr);
-// The loopback address of the family (AF_UNSPEC: IPv4).
-SockAddr loopback(int family);
-
-// TCP_NODELAY and, when configured, SO_SNDBUF/SO_RCVBUF. Errors are logged, not fatal.
 void tuneSocket(int fd);
 // New non-blocking, close-on-exec stream socket of the family.
 Result<int> newSocket(int family);
@@ -53,6 +37,5 @@ Status sendAll(int fd, const void* data, size_t bytes, const ConnectContext& ctx
 Status recvAll(int fd, void* data, size_t bytes, const ConnectContext& ctx, const char* what);
 
 // Constant-time equality of two byte strings of equal length.
-bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n);
 
 }  // namespace tutti::transport::tcp

@@ -69,9 +69,9 @@ class FdGuard {
 };
 
 Result<SockAddr> listenAddress(const ConnectContext& ctx) {
-  const int fam = preferredFamily();
-  if (ctx.peerSameHost || ctx.localIfAddr.empty()) return loopback(fam);
-  TUTTI_ASSIGN_OR_RETURN(SockAddr a, parseIp(ctx.localIfAddr, 0));
+  const int fam = net::preferredFamily();
+  if (ctx.peerSameHost || ctx.localIfAddr.empty()) return net::loopbackAddr(fam);
+  TUTTI_ASSIGN_OR_RETURN(SockAddr a, net::parseIp(ctx.localIfAddr, 0));
   if (fam != AF_UNSPEC && a.family() != fam) {
     TUTTI_WARN("TCP: NCCL_SOCKET_FAMILY asks for {} but the local address {} is not; using it",
                fam == AF_INET ? "AF_INET" : "AF_INET6", ctx.localIfAddr);
@@ -104,7 +104,7 @@ int readHello(Pending& p) {
 }
 
 bool helloValid(const Hello& h, const ConnectContext& ctx) {
-  bool ok = constantTimeEqual(h.secret, ctx.secret, sizeof(h.secret));
+  bool ok = net::constantTimeEqual(h.secret, ctx.secret, sizeof(h.secret));
   ok &= h.magic == kHelloMagic;
   ok &= h.rank == ctx.peer;
   ok &= h.channel == ctx.channel;
@@ -117,16 +117,16 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
   FdGuard lfd(lfdRaw);
   tuneSocket(lfd.get());  // accepted sockets inherit the buffer sizes
   if (bind(lfd.get(), addr.sa(), addr.len) != 0) {
-    return errnoError(fmt::format("TCP: bind to {} for rank {}", formatEndpoint(addr), ctx.peer),
+    return errnoError(fmt::format("TCP: bind to {} for rank {}", addr.str(), ctx.peer),
                       errno);
   }
   if (listen(lfd.get(), 16) != 0) return errnoError("TCP: listen", errno);
   SockAddr bound;
-  bound.len = sizeof(bound.storage);
+  bound.len = sizeof(bound.ss);
   if (getsockname(lfd.get(), bound.sa(), &bound.len) != 0) {
     return errnoError("TCP: getsockname", errno);
   }
-  const std::string endpoint = formatEndpoint(bound);
+  const std::string endpoint = bound.str();
   TUTTI_RETURN_IF_ERROR(detail::controlSend(ctx, kTagEndpoint, endpoint.data(), endpoint.size(),
                                             kName, "sending listen address"));
   TUTTI_INFO(log::kNet, "TCP: rank {} channel {} listening on {} for rank {}", ctx.rank,
@@ -179,7 +179,7 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
     if (pfds[0].revents != 0) {
       for (;;) {
         SockAddr from;
-        from.len = sizeof(from.storage);
+        from.len = sizeof(from.ss);
         int fd = accept4(lfd.get(), from.sa(), &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -188,7 +188,7 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
         if (pending.size() >= kMaxPending) pending.erase(pending.begin());  // oldest goes
         Pending p;
         p.fd = FdGuard(fd);
-        p.from = formatEndpoint(from);
+        p.from = from.str();
         pending.push_back(std::move(p));
       }
     }
@@ -199,7 +199,7 @@ Result<std::unique_ptr<Connection>> connectHigher(const ConnectContext& ctx) {
   TUTTI_ASSIGN_OR_RETURN(auto msg,
                          detail::controlRecv(ctx, kTagEndpoint, kName, "waiting for the address"));
   const std::string endpoint(msg.begin(), msg.end());
-  auto parsed = parseEndpoint(endpoint);
+  auto parsed = net::parseNumericAddr(endpoint);
   if (!parsed.isOk()) {
     return parsed.status().withContext(fmt::format("TCP: address from rank {}", ctx.peer));
   }
