@@ -20,7 +20,7 @@ uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) { return (phase << 56) | 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 struct Slice {
-  size_t off;    // bytes, relative to the segment
+  size_t off;  // bytes, relative to the segment
   size_t bytes;
 };
 
@@ -149,9 +149,11 @@ void ringBroadcast(Schedule* s, const CollArgs& a) {
   for (size_t j = 0; j < sl.size(); ++j) {
     Ref at{Buf::kRecv, sl[j].off};
     if (r == a.root) {
-      s->sends.push_back({next, tagOf(kPhaseBcast, 0, j), {Buf::kSend, sl[j].off}, sl[j].bytes, -1});
+      s->sends.push_back(
+          {next, tagOf(kPhaseBcast, 0, j), {Buf::kSend, sl[j].off}, sl[j].bytes, -1});
     } else {
-      int32_t ri = addRecv(s, {prev, tagOf(kPhaseBcast, 0, j), sl[j].bytes, RecvAction::kCopy, at, {}});
+      int32_t ri =
+          addRecv(s, {prev, tagOf(kPhaseBcast, 0, j), sl[j].bytes, RecvAction::kCopy, at, {}});
       if (next != a.root) s->sends.push_back({next, tagOf(kPhaseBcast, 0, j), at, sl[j].bytes, ri});
     }
   }
@@ -189,14 +191,18 @@ void directBlocks(Schedule* s, const CollArgs& a) {
   auto sendBlock = [&](int peer, Ref src) {
     addPeers(s, {peer}, r);
     for (size_t j = 0; j < sl.size(); ++j)
-      s->sends.push_back({peer, tagOf(kPhaseDirect, r, j), {src.buf, src.off + sl[j].off},
-                          sl[j].bytes, -1});
+      s->sends.push_back(
+          {peer, tagOf(kPhaseDirect, r, j), {src.buf, src.off + sl[j].off}, sl[j].bytes, -1});
   };
   auto recvBlock = [&](int peer, Ref dst) {
     addPeers(s, {peer}, r);
     for (size_t j = 0; j < sl.size(); ++j)
-      addRecv(s, {peer, tagOf(kPhaseDirect, peer, j), sl[j].bytes, RecvAction::kCopy,
-                  {dst.buf, dst.off + sl[j].off}, {}});
+      addRecv(s, {peer,
+                  tagOf(kPhaseDirect, peer, j),
+                  sl[j].bytes,
+                  RecvAction::kCopy,
+                  {dst.buf, dst.off + sl[j].off},
+                  {}});
   };
   switch (a.coll) {
     case Collective::kAllToAll: {
@@ -207,8 +213,7 @@ void directBlocks(Schedule* s, const CollArgs& a) {
         s->scratchBytes = blk * n;
         from = Buf::kScratch;
       }
-      if (blk)
-        s->local.push_back({LocalKind::kCopy, {Buf::kRecv, r * blk}, {from, r * blk}, blk});
+      if (blk) s->local.push_back({LocalKind::kCopy, {Buf::kRecv, r * blk}, {from, r * blk}, blk});
       for (int k = 1; k < n; ++k) {
         int to = mod(r + k, n), fromPeer = mod(r - k, n);
         sendBlock(to, {from, to * blk});
@@ -246,16 +251,26 @@ void directBlocks(Schedule* s, const CollArgs& a) {
 
 const char* collectiveName(Collective c) {
   switch (c) {
-    case Collective::kAllReduce: return "AllReduce";
-    case Collective::kBroadcast: return "Broadcast";
-    case Collective::kReduce: return "Reduce";
-    case Collective::kAllGather: return "AllGather";
-    case Collective::kReduceScatter: return "ReduceScatter";
-    case Collective::kAllToAll: return "AllToAll";
-    case Collective::kGather: return "Gather";
-    case Collective::kScatter: return "Scatter";
-    case Collective::kSend: return "Send";
-    case Collective::kRecv: return "Recv";
+    case Collective::kAllReduce:
+      return "AllReduce";
+    case Collective::kBroadcast:
+      return "Broadcast";
+    case Collective::kReduce:
+      return "Reduce";
+    case Collective::kAllGather:
+      return "AllGather";
+    case Collective::kReduceScatter:
+      return "ReduceScatter";
+    case Collective::kAllToAll:
+      return "AllToAll";
+    case Collective::kGather:
+      return "Gather";
+    case Collective::kScatter:
+      return "Scatter";
+    case Collective::kSend:
+      return "Send";
+    case Collective::kRecv:
+      return "Recv";
   }
   return "?";
 }
@@ -269,15 +284,33 @@ Schedule makeSchedule(const CollArgs& a) {
     return s;
   }
   switch (a.coll) {
-    case Collective::kAllReduce: ringReduce(&s, a, true); s.algorithm = "ring"; break;
-    case Collective::kReduceScatter: ringReduce(&s, a, false); s.algorithm = "ring"; break;
-    case Collective::kAllGather: ringAllGather(&s, a); s.algorithm = "ring"; break;
-    case Collective::kBroadcast: ringBroadcast(&s, a); s.algorithm = "chain"; break;
-    case Collective::kReduce: chainReduce(&s, a); s.algorithm = "chain"; break;
+    case Collective::kAllReduce:
+      ringReduce(&s, a, true);
+      s.algorithm = "ring";
+      break;
+    case Collective::kReduceScatter:
+      ringReduce(&s, a, false);
+      s.algorithm = "ring";
+      break;
+    case Collective::kAllGather:
+      ringAllGather(&s, a);
+      s.algorithm = "ring";
+      break;
+    case Collective::kBroadcast:
+      ringBroadcast(&s, a);
+      s.algorithm = "chain";
+      break;
+    case Collective::kReduce:
+      chainReduce(&s, a);
+      s.algorithm = "chain";
+      break;
     case Collective::kAllToAll:
     case Collective::kGather:
-    case Collective::kScatter: directBlocks(&s, a); break;
-    default: break;
+    case Collective::kScatter:
+      directBlocks(&s, a);
+      break;
+    default:
+      break;
   }
   return s;
 }
@@ -293,8 +326,8 @@ void appendRecv(Schedule* s, int peer, uint64_t tagBase, Ref dst, size_t bytes, 
   if (std::find(s->peers.begin(), s->peers.end(), peer) == s->peers.end()) s->peers.push_back(peer);
   auto sl = slices(bytes, 1, chunk);
   for (size_t j = 0; j < sl.size(); ++j)
-    s->recvs.push_back({peer, tagBase + j, sl[j].bytes, RecvAction::kCopy,
-                        {dst.buf, dst.off + sl[j].off}, {}});
+    s->recvs.push_back(
+        {peer, tagBase + j, sl[j].bytes, RecvAction::kCopy, {dst.buf, dst.off + sl[j].off}, {}});
 }
 
 }  // namespace tutti::algo

@@ -63,13 +63,21 @@ struct RecvStep {
   size_t bytes;
   RecvAction action;
   Ref dst;
-  Ref local;               // kReduce: dst = incoming (op) local
-  bool finalize = false;   // apply ReduceSpec::divisor to dst afterwards
+  Ref local;              // kReduce: dst = incoming (op) local
+  bool finalize = false;  // apply ReduceSpec::divisor to dst afterwards
 };
 
 enum class Collective : uint8_t {
-  kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kGather, kScatter,
-  kSend, kRecv,
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kGather,
+  kScatter,
+  kSend,
+  kRecv,
 };
 const char* collectiveName(Collective c);
 
@@ -87,11 +95,11 @@ struct CollArgs {
   Collective coll;
   int rank;
   int nranks;
-  size_t count;        // NCCL's count argument of the call
+  size_t count;  // NCCL's count argument of the call
   size_t elemSize;
   ReduceSpec spec;
   int root = 0;
-  bool inPlace = false;   // the call's buffers alias the way NCCL's in-place does
+  bool inPlace = false;  // the call's buffers alias the way NCCL's in-place does
   size_t chunkBytes = 512 << 10;
 };
 

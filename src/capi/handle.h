@@ -33,10 +33,10 @@ struct ncclComm {
 
   struct UserOp {
     bool live = false;
-    ncclDataType_t dt;
-    ncclScalarResidence_t residence;
-    const void* ptr;     // ncclScalarDevice: read at each use
-    double value;        // ncclScalarHostImmediate: read at creation
+    int dt;           // ncclDataType_t, validated
+    int residence;    // ncclScalarResidence_t, validated
+    const void* ptr;  // ncclScalarDevice: read at each use
+    double value;     // ncclScalarHostImmediate: read at creation
   };
   std::vector<UserOp> userOps;
   std::unordered_set<void*> registrations;

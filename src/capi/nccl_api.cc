@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "algo/schedule.h"
 #include "backends/cpu/float_formats.h"
@@ -31,6 +32,17 @@ using tutti::capi::guard;
 
 namespace {
 
+// The integer a caller passed for an enum parameter. A C caller may pass any
+// int; loading an out-of-range value as the C++ enum is undefined, so the
+// bytes are copied instead.
+template <typename E>
+int rawEnum(const E& e) {
+  std::underlying_type_t<E> v;
+  static_assert(sizeof(v) == sizeof(E), "enum representation");
+  memcpy(&v, &e, sizeof(v));
+  return static_cast<int>(v);
+}
+
 // ---- groups ------------------------------------------------------------------
 
 struct PendingOp {
@@ -39,8 +51,8 @@ struct PendingOp {
   const void* send;
   void* recv;
   size_t count;
-  ncclDataType_t dt;
-  ncclRedOp_t op;
+  int dt;  // raw values as passed (see rawEnum), validated
+  int op;
   int root;  // root, or peer for send/recv
 };
 
@@ -60,23 +72,25 @@ void logVersionOnce() {
   });
 }
 
-const char* typeName(ncclDataType_t t) {
-  return static_cast<int>(t) >= 0 && t < ncclNumTypes
-             ? tutti::dataTypeName(static_cast<tutti::DataType>(t))
-             : "invalid";
+const char* typeName(int t) {
+  return t >= 0 && t < ncclNumTypes ? tutti::dataTypeName(static_cast<tutti::DataType>(t))
+                                    : "invalid";
 }
 
 ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
   if (!comm) return fail(ncclInvalidArgument, std::string(fn) + ": comm is NULL");
   if (!tutti::capi::isLiveComm(comm))
-    return fail(ncclInvalidArgument,
-                std::string(fn) + ": comm is not a valid communicator (destroyed or never created)");
+    return fail(
+        ncclInvalidArgument,
+        std::string(fn) + ": comm is not a valid communicator (destroyed or never created)");
   if (!needReady) return ncclSuccess;
   int st = comm->initState.load();
   if (st == ncclInProgress)
     return fail(ncclInvalidUsage,
-                std::string(fn) + ": communicator initialisation has not completed (call "
-                                  "ncclGroupEnd, or poll ncclCommGetAsyncError)", comm);
+                std::string(fn) +
+                    ": communicator initialisation has not completed (call "
+                    "ncclGroupEnd, or poll ncclCommGetAsyncError)",
+                comm);
   if (st != ncclSuccess)
     return fail(static_cast<ncclResult_t>(st),
                 std::string(fn) + ": communicator initialisation failed", comm);
@@ -91,52 +105,66 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
   return ncclSuccess;
 }
 
-ncclResult_t checkDtype(ncclDataType_t dt, const char* fn, ncclComm_t comm) {
-  if (static_cast<int>(dt) < 0 || dt >= ncclNumTypes)
-    return fail(ncclInvalidArgument,
-                std::string(fn) + ": invalid datatype " + std::to_string(static_cast<int>(dt)),
+ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {
+  if (dt < 0 || dt >= ncclNumTypes)
+    return fail(ncclInvalidArgument, std::string(fn) + ": invalid datatype " + std::to_string(dt),
                 comm);
   return ncclSuccess;
 }
 
-ncclResult_t checkOp(ncclRedOp_t op, ncclDataType_t dt, const char* fn, ncclComm_t comm) {
-  int v = static_cast<int>(op);
+ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
+  int v = op;
   if (v >= 0 && v < ncclNumOps) return ncclSuccess;
   size_t idx = static_cast<size_t>(v) - ncclNumOps;
   if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
     return fail(ncclInvalidArgument,
                 std::string(fn) + ": invalid reduction op " + std::to_string(v) +
-                    " (not built-in and not created on this communicator)", comm);
+                    " (not built-in and not created on this communicator)",
+                comm);
   if (comm->userOps[idx].dt != dt)
     return fail(ncclInvalidArgument,
                 fmt::format("{}: reduction op {} was created for datatype {} but the call uses {}",
-                            fn, v, typeName(comm->userOps[idx].dt), typeName(dt)), comm);
+                            fn, v, typeName(comm->userOps[idx].dt), typeName(dt)),
+                comm);
   return ncclSuccess;
 }
 
-double readScalar(const void* p, ncclDataType_t dt) {
+double readScalar(const void* p, int dt) {
   using namespace tutti;
   switch (dt) {
-    case ncclInt8: return *static_cast<const int8_t*>(p);
-    case ncclUint8: return *static_cast<const uint8_t*>(p);
-    case ncclInt32: return *static_cast<const int32_t*>(p);
-    case ncclUint32: return *static_cast<const uint32_t*>(p);
-    case ncclInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case ncclUint64: return static_cast<double>(*static_cast<const uint64_t*>(p));
-    case ncclFloat16: return cpu::halfToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat32: return *static_cast<const float*>(p);
-    case ncclFloat64: return *static_cast<const double*>(p);
-    case ncclBfloat16: return cpu::bf16ToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat8e4m3: return cpu::fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
-    case ncclFloat8e5m2: return cpu::fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
-    default: return 0;
+    case ncclInt8:
+      return *static_cast<const int8_t*>(p);
+    case ncclUint8:
+      return *static_cast<const uint8_t*>(p);
+    case ncclInt32:
+      return *static_cast<const int32_t*>(p);
+    case ncclUint32:
+      return *static_cast<const uint32_t*>(p);
+    case ncclInt64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case ncclUint64:
+      return static_cast<double>(*static_cast<const uint64_t*>(p));
+    case ncclFloat16:
+      return cpu::halfToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat32:
+      return *static_cast<const float*>(p);
+    case ncclFloat64:
+      return *static_cast<const double*>(p);
+    case ncclBfloat16:
+      return cpu::bf16ToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat8e4m3:
+      return cpu::fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
+    case ncclFloat8e5m2:
+      return cpu::fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
+    default:
+      return 0;
   }
 }
 
-algo::ReduceSpec makeSpec(ncclComm* comm, ncclDataType_t dt, ncclRedOp_t op) {
+algo::ReduceSpec makeSpec(ncclComm* comm, int dt, int op) {
   algo::ReduceSpec s;
   s.dt = static_cast<tutti::DataType>(dt);
-  int v = static_cast<int>(op);
+  int v = op;
   if (v == ncclAvg) {
     if (tutti::isFloating(s.dt)) {
       s.op = tutti::RedOp::kPreMulSum;
@@ -156,17 +184,15 @@ algo::ReduceSpec makeSpec(ncclComm* comm, ncclDataType_t dt, ncclRedOp_t op) {
 }
 
 bool isReducing(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kReduce ||
-         c == Collective::kReduceScatter;
+  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
 // Validates and records one operation; runs it unless inside a group.
 ncclResult_t enqueue(const char* fn, PendingOp op);
 ncclResult_t groupEndImpl();
 
-ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv,
-                        size_t count, ncclDataType_t dt, ncclRedOp_t op, int root,
-                        ncclComm_t comm) {
+ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
+                        int dt, int op, int root, ncclComm_t comm) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
@@ -178,32 +204,49 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
   if ((rooted || p2p) && (root < 0 || root >= n))
     return fail(ncclInvalidArgument,
                 fmt::format("{}: invalid {} {} (communicator has {} ranks)", fn,
-                            p2p ? "peer" : "root", root, n), comm);
+                            p2p ? "peer" : "root", root, n),
+                comm);
   size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(dt));
-  size_t factor = (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
-                   coll == Collective::kAllToAll || coll == Collective::kGather ||
-                   coll == Collective::kScatter) ? static_cast<size_t>(n) : 1;
+  size_t factor =
+      (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
+       coll == Collective::kAllToAll || coll == Collective::kGather || coll == Collective::kScatter)
+          ? static_cast<size_t>(n)
+          : 1;
   if (count > 0 && count > SIZE_MAX / es / factor)
-    return fail(ncclInvalidArgument, fmt::format("{}: count {} overflows the address space", fn,
-                                                 count), comm);
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: count {} overflows the address space", fn, count), comm);
   if (count > 0) {
     bool needSend = true, needRecv = true;
     switch (coll) {
-      case Collective::kBroadcast: needSend = r == root; break;
-      case Collective::kReduce: needRecv = r == root; break;
-      case Collective::kGather: needRecv = r == root; break;
-      case Collective::kScatter: needSend = r == root; break;
-      case Collective::kSend: needRecv = false; break;
-      case Collective::kRecv: needSend = false; break;
-      default: break;
+      case Collective::kBroadcast:
+        needSend = r == root;
+        break;
+      case Collective::kReduce:
+        needRecv = r == root;
+        break;
+      case Collective::kGather:
+        needRecv = r == root;
+        break;
+      case Collective::kScatter:
+        needSend = r == root;
+        break;
+      case Collective::kSend:
+        needRecv = false;
+        break;
+      case Collective::kRecv:
+        needSend = false;
+        break;
+      default:
+        break;
     }
     if (needSend && !send)
       return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
     if (needRecv && !recv)
       return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
   }
-  TUTTI_INFO(tutti::log::kColl, "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
-             fn, send, static_cast<void*>(recv), count, typeName(dt), static_cast<int>(op), root,
+  TUTTI_INFO(tutti::log::kColl,
+             "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
+             fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
   return enqueue(fn, PendingOp{comm, coll, send, recv, count, dt, op, root});
 }
@@ -219,11 +262,16 @@ bool inPlaceOf(const PendingOp& o, size_t es) {
   size_t blk = o.count * es;
   int r = o.comm->rank;
   switch (o.coll) {
-    case Collective::kAllGather: return s == d + r * blk;
-    case Collective::kReduceScatter: return d == s + r * blk;
-    case Collective::kGather: return s == d + r * blk;
-    case Collective::kScatter: return d == s + r * blk;
-    default: return s == d;
+    case Collective::kAllGather:
+      return s == d + r * blk;
+    case Collective::kReduceScatter:
+      return d == s + r * blk;
+    case Collective::kGather:
+      return s == d + r * blk;
+    case Collective::kScatter:
+      return d == s + r * blk;
+    default:
+      return s == d;
   }
 }
 
@@ -281,8 +329,8 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.chunkBytes = chunk;
     algo::Schedule s = algo::makeSchedule(a);
     TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}",
-               algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks,
-               s.algorithm, forcedAlgo()[0] ? " (NCCL_ALGO=" : "",
+               algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks, s.algorithm,
+               forcedAlgo()[0] ? " (NCCL_ALGO=" : "",
                forcedAlgo()[0] ? std::string(forcedAlgo()) + " not applicable)" : "");
     scratchOff.push_back(scratchTotal);
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
@@ -292,17 +340,21 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     w->descriptions.push_back(algo::collectiveName(o->coll));
   }
   if (selfSends.size() != selfRecvs.size())
-    return tutti::invalidUsage(fmt::format(
-        "group has {} send(s) to self but {} receive(s) from self", selfSends.size(),
-        selfRecvs.size()));
+    return tutti::invalidUsage(
+        fmt::format("group has {} send(s) to self but {} receive(s) from self", selfSends.size(),
+                    selfRecvs.size()));
   for (size_t i = 0; i < selfSends.size(); ++i) {
-    size_t sb = selfSends[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfSends[i]->dt));
-    size_t rb = selfRecvs[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfRecvs[i]->dt));
+    size_t sb =
+        selfSends[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfSends[i]->dt));
+    size_t rb =
+        selfRecvs[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfRecvs[i]->dt));
     if (sb != rb)
-      return tutti::invalidUsage(fmt::format("send to self of {} bytes matched with a receive of {} bytes", sb, rb));
+      return tutti::invalidUsage(
+          fmt::format("send to self of {} bytes matched with a receive of {} bytes", sb, rb));
     p2p.local.push_back({algo::LocalKind::kCopy,
                          {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfRecvs[i]->recv)},
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfSends[i]->send)}, sb});
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfSends[i]->send)},
+                         sb});
   }
   w->schedules[0] = std::move(p2p);
   if (scratchTotal) {
@@ -318,7 +370,8 @@ void runInit(ncclComm* c) {
   if (!res) {
     fail(static_cast<ncclResult_t>(res.status().code()),
          fmt::format("ncclCommInitRank: rank {} of {}: {}", c->rank, c->nranks,
-                     res.status().message()), c);
+                     res.status().message()),
+         c);
     c->initState.store(static_cast<int>(res.status().code()));
     return;
   }
@@ -376,8 +429,8 @@ ncclResult_t groupEndImpl() {
   return ncclSuccess;
 }
 
-ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id,
-                      int rank, const ncclConfig_t* config) {
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config) {
   logVersionOnce();
   if (!out) return fail(ncclInvalidArgument, std::string(fn) + ": comm pointer is NULL");
   *out = nullptr;
@@ -470,24 +523,32 @@ TUTTI_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     logVersionOnce();
     if (!uniqueId) return fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
     memset(uniqueId, 0, sizeof(*uniqueId));
-    return fromStatus(
-        core::createUniqueId(reinterpret_cast<uint8_t*>(uniqueId->internal))
-            .withContext("ncclGetUniqueId"));
+    return fromStatus(core::createUniqueId(reinterpret_cast<uint8_t*>(uniqueId->internal))
+                          .withContext("ncclGetUniqueId"));
   });
 }
 TUTTI_PNCCL(ncclGetUniqueId)
 
 TUTTI_API const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the tutti developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the tutti developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 TUTTI_PNCCL(ncclGetErrorString)
@@ -528,7 +589,8 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
   return guard("ncclCommInitAll", [&] {
     (void)devlist;  // host ranks: device ids are recorded nowhere
     if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
-    if (ndev < 1) return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
+    if (ndev < 1)
+      return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
     ncclUniqueId id;
     ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess) return rc;
@@ -541,7 +603,10 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     rc = ncclGroupEnd();
     if (rc != ncclSuccess) {
       for (int i = 0; i < ndev; ++i)
-        if (comms[i]) { destroyComm(comms[i], true); comms[i] = nullptr; }
+        if (comms[i]) {
+          destroyComm(comms[i], true);
+          comms[i] = nullptr;
+        }
     }
     return rc;
   });
@@ -560,7 +625,9 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     std::unique_lock<std::mutex> lk(comm->impl->mutex());
     core::Bootstrap& bs = comm->impl->bootstrap();
     const int n = comm->nranks;
-    struct Entry { int32_t color, key, rank, pad; };
+    struct Entry {
+      int32_t color, key, rank, pad;
+    };
     std::vector<Entry> all(n);
     all[comm->rank] = {color, key, comm->rank, 0};
     Status st = bs.allGather(all.data(), sizeof(Entry));
@@ -696,15 +763,20 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
     if (rc != ncclSuccess) return rc;
     if (!op) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL", comm);
     if (!scalar) return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL", comm);
-    if ((rc = checkDtype(datatype, "ncclRedOpCreatePreMulSum", comm)) != ncclSuccess) return rc;
-    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
-      return fail(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: invalid scalar residence", comm);
-    ncclComm::UserOp u{true, datatype, residence, scalar,
-                       residence == ncclScalarHostImmediate ? readScalar(scalar, datatype) : 0.0};
+    const int dt = rawEnum(datatype), where = rawEnum(residence);
+    if ((rc = checkDtype(dt, "ncclRedOpCreatePreMulSum", comm)) != ncclSuccess) return rc;
+    if (where != ncclScalarDevice && where != ncclScalarHostImmediate)
+      return fail(ncclInvalidArgument,
+                  fmt::format("ncclRedOpCreatePreMulSum: invalid scalar residence {}", where),
+                  comm);
+    ncclComm::UserOp u{true, dt, where, scalar,
+                       where == ncclScalarHostImmediate ? readScalar(scalar, dt) : 0.0};
     size_t idx = 0;
     while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
-    if (idx == comm->userOps.size()) comm->userOps.push_back(u);
-    else comm->userOps[idx] = u;
+    if (idx == comm->userOps.size())
+      comm->userOps.push_back(u);
+    else
+      comm->userOps[idx] = u;
     *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(idx));
     return ncclSuccess;
   });
@@ -715,14 +787,16 @@ TUTTI_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guard("ncclRedOpDestroy", [&] {
     ncclResult_t rc = checkComm(comm, "ncclRedOpDestroy", false);
     if (rc != ncclSuccess) return rc;
-    int v = static_cast<int>(op);
+    int v = rawEnum(op);
     if (v >= 0 && v < ncclNumOps)
       return fail(ncclInvalidArgument,
-                  fmt::format("ncclRedOpDestroy: op {} is built-in and cannot be destroyed", v), comm);
+                  fmt::format("ncclRedOpDestroy: op {} is built-in and cannot be destroyed", v),
+                  comm);
     size_t idx = static_cast<size_t>(v) - ncclNumOps;
     if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
       return fail(ncclInvalidArgument,
-                  fmt::format("ncclRedOpDestroy: op {} was not created on this communicator", v), comm);
+                  fmt::format("ncclRedOpDestroy: op {} was not created on this communicator", v),
+                  comm);
     comm->userOps[idx].live = false;
     return ncclSuccess;
   });
@@ -774,7 +848,8 @@ TUTTI_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
     if (!comm->registrations.erase(handle))
       return fail(ncclInvalidArgument,
                   "ncclCommDeregister: handle was not returned by ncclCommRegister on this "
-                  "communicator (or was already deregistered)", comm);
+                  "communicator (or was already deregistered)",
+                  comm);
     delete static_cast<std::pair<void*, size_t>*>(handle);
     return ncclSuccess;
   });
@@ -787,8 +862,8 @@ TUTTI_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                      cudaStream_t) {
   return guard("ncclAllReduce", [&] {
-    return collective("ncclAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count, datatype,
-                      op, 0, comm);
+    return collective("ncclAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count,
+                      rawEnum(datatype), rawEnum(op), 0, comm);
   });
 }
 TUTTI_PNCCL(ncclAllReduce)
@@ -797,15 +872,19 @@ TUTTI_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t) {
   return guard("ncclBroadcast", [&] {
-    return collective("ncclBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count, datatype,
-                      ncclSum, root, comm);
+    return collective("ncclBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm);
   });
 }
 TUTTI_PNCCL(ncclBroadcast)
 
 TUTTI_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                  ncclComm_t comm, cudaStream_t stream) {
-  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+  (void)stream;
+  return guard("ncclBcast", [&] {
+    return collective("ncclBcast", Collective::kBroadcast, buff, buff, count, rawEnum(datatype),
+                      ncclSum, root, comm);
+  });
 }
 TUTTI_PNCCL(ncclBcast)
 
@@ -813,8 +892,8 @@ TUTTI_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t c
                                   ncclDataType_t datatype, ncclRedOp_t op, int root,
                                   ncclComm_t comm, cudaStream_t) {
   return guard("ncclReduce", [&] {
-    return collective("ncclReduce", Collective::kReduce, sendbuff, recvbuff, count, datatype, op,
-                      root, comm);
+    return collective("ncclReduce", Collective::kReduce, sendbuff, recvbuff, count,
+                      rawEnum(datatype), rawEnum(op), root, comm);
   });
 }
 TUTTI_PNCCL(ncclReduce)
@@ -823,7 +902,7 @@ TUTTI_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
   return guard("ncclAllGather", [&] {
     return collective("ncclAllGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
-                      datatype, ncclSum, 0, comm);
+                      rawEnum(datatype), ncclSum, 0, comm);
   });
 }
 TUTTI_PNCCL(ncclAllGather)
@@ -833,7 +912,7 @@ TUTTI_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, s
                                          cudaStream_t) {
   return guard("ncclReduceScatter", [&] {
     return collective("ncclReduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
-                      recvcount, datatype, op, 0, comm);
+                      recvcount, rawEnum(datatype), rawEnum(op), 0, comm);
   });
 }
 TUTTI_PNCCL(ncclReduceScatter)
@@ -841,8 +920,8 @@ TUTTI_PNCCL(ncclReduceScatter)
 TUTTI_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
   return guard("ncclAlltoAll", [&] {
-    return collective("ncclAlltoAll", Collective::kAllToAll, sendbuff, recvbuff, count, datatype,
-                      ncclSum, 0, comm);
+    return collective("ncclAlltoAll", Collective::kAllToAll, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, 0, comm);
   });
 }
 TUTTI_PNCCL(ncclAlltoAll)
@@ -851,8 +930,8 @@ TUTTI_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t c
                                   ncclDataType_t datatype, int root, ncclComm_t comm,
                                   cudaStream_t) {
   return guard("ncclGather", [&] {
-    return collective("ncclGather", Collective::kGather, sendbuff, recvbuff, count, datatype,
-                      ncclSum, root, comm);
+    return collective("ncclGather", Collective::kGather, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm);
   });
 }
 TUTTI_PNCCL(ncclGather)
@@ -861,8 +940,8 @@ TUTTI_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t 
                                    ncclDataType_t datatype, int root, ncclComm_t comm,
                                    cudaStream_t) {
   return guard("ncclScatter", [&] {
-    return collective("ncclScatter", Collective::kScatter, sendbuff, recvbuff, count, datatype,
-                      ncclSum, root, comm);
+    return collective("ncclScatter", Collective::kScatter, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm);
   });
 }
 TUTTI_PNCCL(ncclScatter)
@@ -870,8 +949,8 @@ TUTTI_PNCCL(ncclScatter)
 TUTTI_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
                                 int peer, ncclComm_t comm, cudaStream_t) {
   return guard("ncclSend", [&] {
-    return collective("ncclSend", Collective::kSend, sendbuff, nullptr, count, datatype, ncclSum,
-                      peer, comm);
+    return collective("ncclSend", Collective::kSend, sendbuff, nullptr, count, rawEnum(datatype),
+                      ncclSum, peer, comm);
   });
 }
 TUTTI_PNCCL(ncclSend)
@@ -879,8 +958,8 @@ TUTTI_PNCCL(ncclSend)
 TUTTI_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                 ncclComm_t comm, cudaStream_t) {
   return guard("ncclRecv", [&] {
-    return collective("ncclRecv", Collective::kRecv, nullptr, recvbuff, count, datatype, ncclSum,
-                      peer, comm);
+    return collective("ncclRecv", Collective::kRecv, nullptr, recvbuff, count, rawEnum(datatype),
+                      ncclSum, peer, comm);
   });
 }
 TUTTI_PNCCL(ncclRecv)

@@ -26,9 +26,7 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   return h;
 }
 
-double initTimeout() {
-  return static_cast<double>(params::getInt("TUTTI_INIT_TIMEOUT", 120));
-}
+double initTimeout() { return static_cast<double>(params::getInt("TUTTI_INIT_TIMEOUT", 120)); }
 
 void toWire(const net::SockAddr& a, uint16_t* family, uint16_t* port, uint8_t ip[16]) {
   *family = static_cast<uint16_t>(a.family());
@@ -113,9 +111,9 @@ void runRoot(net::Socket listener, UniqueIdData id) {
         std::vector<int> missing;
         for (int r = 0; r < nranks; ++r)
           if (!joined[r]) missing.push_back(r);
-        std::string msg = fmt::format(
-            "bootstrap timed out after {} s: {} of {} ranks joined; missing rank(s) {}",
-            initTimeout(), count, nranks, rankList(missing));
+        std::string msg =
+            fmt::format("bootstrap timed out after {} s: {} of {} ranks joined; missing rank(s) {}",
+                        initTimeout(), count, nranks, rankList(missing));
         TUTTI_WARN("{}", msg);
         for (auto& c : conns)
           if (c.valid()) replyError(c, msg);
@@ -262,8 +260,9 @@ Status Bootstrap::start() {
   net::SockAddr rootAddr = fromWire(id_.family, id_.port, id_.ip);
   if ((id_.flags & kIdRootByRank0) && rank_ == 0) {
     UniqueIdData copy = id_;
-    TUTTI_RETURN_IF_ERROR(startRoot(rootAddr, &copy).withContext(
-        "NCCL_COMM_ID=" + rootAddr.str() + ": rank 0 cannot listen there"));
+    TUTTI_RETURN_IF_ERROR(
+        startRoot(rootAddr, &copy)
+            .withContext("NCCL_COMM_ID=" + rootAddr.str() + ": rank 0 cannot listen there"));
   }
   if ((id_.flags & kIdRootWildcard) && id_.rootHostId == localHostId()) {
     rootAddr = net::loopbackAddr(rootAddr.family());
@@ -292,7 +291,8 @@ Status Bootstrap::start() {
   req.info.reserved = pinned ? 0 : kPeerFlagWildcard;
 
   std::string what = "bootstrap root " + rootAddr.str();
-  TUTTI_ASSIGN_OR_RETURN(net::Socket root, net::Socket::connect(rootAddr, deadline, abortFlag_, what));
+  TUTTI_ASSIGN_OR_RETURN(net::Socket root,
+                         net::Socket::connect(rootAddr, deadline, abortFlag_, what));
   Hello h{kHelloMagic, rank_, {}};
   memcpy(h.secret, id_.secret, kSecretBytes);
   TUTTI_RETURN_IF_ERROR(root.sendAll(&h, sizeof(h), deadline, abortFlag_, what));
@@ -311,8 +311,7 @@ Status Bootstrap::start() {
   }
   if (reply.bytes != nranks_ * sizeof(PeerInfo)) return internalError("bootstrap: bad table size");
   peers_.resize(nranks_);
-  TUTTI_RETURN_IF_ERROR(
-      root.recvAll(peers_.data(), reply.bytes, replyDeadline, abortFlag_, what));
+  TUTTI_RETURN_IF_ERROR(root.recvAll(peers_.data(), reply.bytes, replyDeadline, abortFlag_, what));
   service_ = std::thread([this] { serviceLoop(); });
   return Status::ok();
 }
@@ -390,7 +389,6 @@ void Bootstrap::serviceLoop() {
   }
 }
 
-
 Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
   return sendUntil(peer, tag, data, bytes, deadline());
 }
@@ -436,8 +434,7 @@ Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
   return recvUntil(peer, tag, deadline(), abortFlag_);
 }
 
-Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag,
-                                                  net::Clock::time_point dl,
+Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::Clock::time_point dl,
                                                   const std::atomic<bool>* abortFlag) {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {

@@ -62,7 +62,7 @@ struct PeerInfo {
   int32_t pid;
   uint64_t hostId;
   uint16_t family;
-  uint16_t port;  // bootstrap listener
+  uint16_t port;   // bootstrap listener
   uint8_t ip[16];  // address towards other hosts
   char hostname[64];
   int32_t nranks;

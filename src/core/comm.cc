@@ -138,8 +138,8 @@ Status Comm::connectPair(int peer) {
       ctx.localIfAddr = ctx.localIfAddr.substr(1, ctx.localIfAddr.size() - 2);
     auto conn = t->connect(ctx);
     if (!conn)
-      return conn.status().withContext(fmt::format("connecting to {} over {} (channel {})",
-                                                   describePeer(peer), t->name(), ch));
+      return conn.status().withContext(
+          fmt::format("connecting to {} over {} (channel {})", describePeer(peer), t->name(), ch));
     channels_[peer][ch].conn = std::move(conn.value());
   }
   TUTTI_INFO(log::kInit, "connected to {} over {} ({} channels)", describePeer(peer), t->name(),
@@ -202,8 +202,7 @@ void Comm::noticeFailure(const Status& cause) {
   }
 }
 
-Status Comm::explainPeerFailure(int peer, const Status& observed,
-                                std::chrono::milliseconds wait) {
+Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
   if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
   auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,
                                    nullptr);

@@ -55,7 +55,7 @@ struct Channel {
   std::unique_ptr<transport::Connection> conn;
   RecvState rx;
   std::vector<uint8_t> staging;  // incoming payload of a reducing receive
-  uint64_t messagesSent = 0;  // statistics: chunks this channel carried
+  uint64_t messagesSent = 0;     // statistics: chunks this channel carried
   uint64_t bytesSent = 0;
 };
 

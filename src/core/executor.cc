@@ -42,6 +42,10 @@ struct Out {
 struct In {
   int64_t recv = -1;  // flat recv index
   size_t payGot = 0, reduced = 0;
+  // Zero-copy reduce (transports with peek): an element split across the
+  // ring's end is assembled here.
+  uint8_t carry[16];
+  size_t carryGot = 0;
 };
 
 struct PeerRun {
@@ -98,6 +102,9 @@ class Run {
   Status progressSend(PeerRun& p, int ch, bool* progress);
   Status progressRecv(PeerRun& p, int ch, bool* progress);
   Status completeRecv(PeerRun& p, uint32_t flat);
+  // Reduces straight out of the transport's receive buffer (no staging copy).
+  Status reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
+                       const algo::Schedule& sched, const algo::RecvStep& r, bool* progress);
   Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
 
   Work* w_;
@@ -257,14 +264,56 @@ Status Run::completeRecv(PeerRun& p, uint32_t flat) {
   const auto& r = sched.recvs[recvs_[flat].idx];
   if (r.finalize) {
     uint8_t* dst = addr(recvs_[flat].inst, r.dst);
-    cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt,
-                sched.spec.divisor);
+    cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
   }
   p.recvsLeft--;
   recvsLeft_--;
   for (uint32_t s : waiters_[flat]) {
     const auto& sd = w_->schedules[sends_[s].inst].sends[sends_[s].idx];
     peers_[slot_[sd.peer]].ready.push_back(s);
+  }
+  return Status::ok();
+}
+
+Status Run::reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
+                          const algo::Schedule& sched, const algo::RecvStep& r, bool* progress) {
+  const size_t es = dataTypeSize(sched.spec.dt);
+  uint8_t* dst = addr(inst, r.dst);
+  const uint8_t* local = addr(inst, r.local);
+  auto combine = [&](size_t off, const uint8_t* incoming, size_t count) {
+    if (sched.spec.op == RedOp::kPreMulSum)
+      cpu::preMulReduce(dst + off, incoming, local + off, count, sched.spec.dt, sched.spec.scalar);
+    else
+      cpu::reduce(dst + off, incoming, local + off, count, sched.spec.dt, sched.spec.op);
+  };
+  while (in.payGot < r.bytes) {
+    size_t avail = 0;
+    const uint8_t* src =
+        in.carryGot ? nullptr : static_cast<const uint8_t*>(chan.conn->peek(&avail));
+    size_t whole = std::min(avail, r.bytes - in.payGot) / es * es;
+    if (src && whole) {
+      combine(in.payGot, src, whole / es);
+      chan.conn->consume(whole);
+      in.payGot += whole;
+      *progress = true;
+      continue;
+    }
+    // Less than one element is contiguous (the ring wraps inside it, or it is
+    // still arriving): take it through tryRecv, which also reports a peer
+    // that closed or died.
+    auto n = chan.conn->tryRecv(in.carry + in.carryGot, es - in.carryGot);
+    if (!n) {
+      failedPeer_ = p.peer;
+      return n.status().withContext("receiving from " + c_->describePeer(p.peer));
+    }
+    if (*n == 0) return Status::ok();
+    *progress = true;
+    in.carryGot += *n;
+    if (in.carryGot == es) {
+      combine(in.payGot, in.carry, 1);
+      in.payGot += es;
+      in.carryGot = 0;
+    }
   }
   return Status::ok();
 }
@@ -278,8 +327,8 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       // Never read past this operation's last message: the peer may have
       // left already, and the next operation's bytes belong to the next run.
       if (p.closed[ch] || p.recvsLeft == 0) return Status::ok();
-      auto n = chan.conn->tryRecv(reinterpret_cast<uint8_t*>(&rx.hdr) + rx.hdrGot,
-                                  kHdr - rx.hdrGot);
+      auto n =
+          chan.conn->tryRecv(reinterpret_cast<uint8_t*>(&rx.hdr) + rx.hdrGot, kHdr - rx.hdrGot);
       if (!n && rx.hdrGot == 0) {
         p.closed[ch] = 1;
         p.nClosed++;
@@ -309,14 +358,17 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       const auto& r = w_->schedules[recvs_[it->second].inst].recvs[recvs_[it->second].idx];
       if (r.bytes != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
       in.recv = it->second;
-      in.payGot = in.reduced = 0;
-      if (r.action == algo::RecvAction::kReduce && chan.staging.size() < r.bytes)
+      in.payGot = in.reduced = in.carryGot = 0;
+      if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek() &&
+          chan.staging.size() < r.bytes)
         chan.staging.resize(std::max(r.bytes, c_->chunkBytes()));
     }
     const uint32_t inst = recvs_[in.recv].inst;
     const auto& sched = w_->schedules[inst];
     const auto& r = sched.recvs[recvs_[in.recv].idx];
-    if (in.payGot < r.bytes) {
+    if (r.action == algo::RecvAction::kReduce && chan.conn->supportsPeek()) {
+      TUTTI_RETURN_IF_ERROR(reduceInPlace(p, chan, in, inst, sched, r, progress));
+    } else if (in.payGot < r.bytes) {
       uint8_t* to = r.action == algo::RecvAction::kCopy ? addr(inst, r.dst) : chan.staging.data();
       auto n = chan.conn->tryRecv(to + in.payGot, r.bytes - in.payGot);
       if (!n) {
@@ -326,7 +378,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       if (*n) *progress = true;
       in.payGot += *n;
     }
-    if (r.action == algo::RecvAction::kReduce) {
+    if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek()) {
       // Reduce whole elements as they arrive, so the reduction overlaps the transfer.
       const size_t es = dataTypeSize(sched.spec.dt);
       size_t upto = in.payGot / es * es;
@@ -400,8 +452,8 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
     if (p.recvsLeft || p.sendsLeft)
       waiting += fmt::format("{}{} ({} receives, {} sends pending)", waiting.empty() ? "" : "; ",
                              c_->describePeer(p.peer), p.recvsLeft, p.sendsLeft);
-  return remoteError(fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) waiting on {}", idle,
-                                 waiting));
+  return remoteError(
+      fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) waiting on {}", idle, waiting));
 }
 
 void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,

@@ -38,10 +38,13 @@ Config g_cfg;
 thread_local int t_rank = -1;
 
 uint32_t subsysBit(const std::string& name) {
-  static const struct { const char* n; uint32_t b; } kMap[] = {
-      {"INIT", kInit},   {"COLL", kColl},   {"P2P", kP2p},         {"SHM", kShm},
-      {"NET", kNet},     {"GRAPH", kGraph}, {"TUNING", kTuning},   {"ENV", kEnv},
-      {"ALLOC", kAlloc}, {"CALL", kCall},   {"PROXY", kProxy},     {"BOOTSTRAP", kBootstrap},
+  static const struct {
+    const char* n;
+    uint32_t b;
+  } kMap[] = {
+      {"INIT", kInit},   {"COLL", kColl},   {"P2P", kP2p},       {"SHM", kShm},
+      {"NET", kNet},     {"GRAPH", kGraph}, {"TUNING", kTuning}, {"ENV", kEnv},
+      {"ALLOC", kAlloc}, {"CALL", kCall},   {"PROXY", kProxy},   {"BOOTSTRAP", kBootstrap},
       {"REG", kReg},     {"ALL", kAll},
   };
   for (auto& m : kMap)
@@ -55,11 +58,16 @@ void initLocked() {
   gethostname(g_cfg.host, sizeof(g_cfg.host) - 1);
   if (char* dot = strchr(g_cfg.host, '.')) *dot = 0;
   if (const char* d = getenv("NCCL_DEBUG")) {
-    if (!strcasecmp(d, "VERSION")) g_cfg.level = Level::kVersion;
-    else if (!strcasecmp(d, "WARN")) g_cfg.level = Level::kWarn;
-    else if (!strcasecmp(d, "INFO")) g_cfg.level = Level::kInfo;
-    else if (!strcasecmp(d, "ABORT")) g_cfg.level = Level::kAbort;
-    else if (!strcasecmp(d, "TRACE")) g_cfg.level = Level::kTrace;
+    if (!strcasecmp(d, "VERSION"))
+      g_cfg.level = Level::kVersion;
+    else if (!strcasecmp(d, "WARN"))
+      g_cfg.level = Level::kWarn;
+    else if (!strcasecmp(d, "INFO"))
+      g_cfg.level = Level::kInfo;
+    else if (!strcasecmp(d, "ABORT"))
+      g_cfg.level = Level::kAbort;
+    else if (!strcasecmp(d, "TRACE"))
+      g_cfg.level = Level::kTrace;
   }
   if (const char* s = getenv("NCCL_DEBUG_SUBSYS")) {
     std::string spec(s);
@@ -74,10 +82,17 @@ void initLocked() {
   if (const char* f = getenv("NCCL_DEBUG_FILE"); f && g_cfg.level != Level::kNone) {
     std::string path;
     for (const char* p = f; *p; ++p) {
-      if (*p == '%' && p[1] == 'h') { path += g_cfg.host; ++p; }
-      else if (*p == '%' && p[1] == 'p') { path += std::to_string(getpid()); ++p; }
-      else if (*p == '%' && p[1] == '%') { path += '%'; ++p; }
-      else path += *p;
+      if (*p == '%' && p[1] == 'h') {
+        path += g_cfg.host;
+        ++p;
+      } else if (*p == '%' && p[1] == 'p') {
+        path += std::to_string(getpid());
+        ++p;
+      } else if (*p == '%' && p[1] == '%') {
+        path += '%';
+        ++p;
+      } else
+        path += *p;
     }
     if (FILE* fp = fopen(path.c_str(), "w")) {
       setvbuf(fp, nullptr, _IOLBF, 0);

@@ -41,10 +41,10 @@ void reset();
 
 }  // namespace tutti::log
 
-#define TUTTI_LOG_(lvl, sub, ...)                                          \
-  do {                                                                     \
-    if (::tutti::log::enabled(lvl, sub))                                   \
-      ::tutti::log::write(lvl, sub, ::fmt::format(__VA_ARGS__));           \
+#define TUTTI_LOG_(lvl, sub, ...)                                \
+  do {                                                           \
+    if (::tutti::log::enabled(lvl, sub))                         \
+      ::tutti::log::write(lvl, sub, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 #define TUTTI_WARN(...) TUTTI_LOG_(::tutti::log::Level::kWarn, ::tutti::log::kAll, __VA_ARGS__)

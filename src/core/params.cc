@@ -74,10 +74,17 @@ std::optional<int64_t> parseInt(const std::string& raw) {
   int64_t mult = 1;
   if (*end) {
     switch (std::toupper(static_cast<unsigned char>(*end))) {
-      case 'K': mult = 1LL << 10; break;
-      case 'M': mult = 1LL << 20; break;
-      case 'G': mult = 1LL << 30; break;
-      default: return std::nullopt;
+      case 'K':
+        mult = 1LL << 10;
+        break;
+      case 'M':
+        mult = 1LL << 20;
+        break;
+      case 'G':
+        mult = 1LL << 30;
+        break;
+      default:
+        return std::nullopt;
     }
     ++end;
     if (*end == 'B' || *end == 'b') ++end;

@@ -39,8 +39,7 @@ std::string SockAddr::str() const {
     return std::string(host) + ":" + std::to_string(port());
   }
   if (family() == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host,
-              sizeof(host));
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, host, sizeof(host));
     return "[" + std::string(host) + "]:" + std::to_string(port());
   }
   return "<unset>";
@@ -160,8 +159,14 @@ namespace {
 bool matchIf(const std::string& name, const std::string& spec) {
   std::string s = spec;
   bool exclude = false, exact = false;
-  if (!s.empty() && s[0] == '^') { exclude = true; s.erase(0, 1); }
-  if (!s.empty() && s[0] == '=') { exact = true; s.erase(0, 1); }
+  if (!s.empty() && s[0] == '^') {
+    exclude = true;
+    s.erase(0, 1);
+  }
+  if (!s.empty() && s[0] == '=') {
+    exact = true;
+    s.erase(0, 1);
+  }
   std::stringstream ss(s);
   std::string tok;
   bool hit = false;
@@ -241,8 +246,8 @@ void Socket::close() {
 namespace {
 
 // Waits for `events` on fd in slices of at most 50 ms so aborts are noticed.
-Status waitFd(int fd, short events, Clock::time_point deadline,
-              const std::atomic<bool>* abortFlag, const std::string& what) {
+Status waitFd(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* abortFlag,
+              const std::string& what) {
   for (;;) {
     if (abortFlag && abortFlag->load(std::memory_order_relaxed))
       return invalidUsage("aborted while " + what);
@@ -335,8 +340,8 @@ Status Socket::sendAll(const void* data, size_t n, Clock::time_point deadline,
       TUTTI_RETURN_IF_ERROR(waitFd(fd_, POLLOUT, deadline, abortFlag, "sending to " + what));
       continue;
     }
-    return remoteError("connection to " + what + " lost while sending: " +
-                       (rc < 0 ? strerror(errno) : "closed"));
+    return remoteError("connection to " + what +
+                       " lost while sending: " + (rc < 0 ? strerror(errno) : "closed"));
   }
   return Status::ok();
 }

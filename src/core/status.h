@@ -46,7 +46,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+inline Status invalidArgument(std::string m) {
+  return Status(Code::kInvalidArgument, std::move(m));
+}
 inline Status invalidUsage(std::string m) { return Status(Code::kInvalidUsage, std::move(m)); }
 inline Status systemError(std::string m) { return Status(Code::kSystemError, std::move(m)); }
 inline Status internalError(std::string m) { return Status(Code::kInternalError, std::move(m)); }
@@ -58,7 +60,7 @@ Status errnoError(const std::string& what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}        // NOLINT(implicit)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(implicit)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(implicit)
 
   bool isOk() const { return v_.index() == 0; }
@@ -79,10 +81,10 @@ class [[nodiscard]] Result {
 #define TUTTI_CONCAT_INNER_(a, b) a##b
 #define TUTTI_CONCAT_(a, b) TUTTI_CONCAT_INNER_(a, b)
 
-#define TUTTI_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::tutti::Status tutti_st_ = (expr);        \
-    if (!tutti_st_.isOk()) return tutti_st_;   \
+#define TUTTI_RETURN_IF_ERROR(expr)          \
+  do {                                       \
+    ::tutti::Status tutti_st_ = (expr);      \
+    if (!tutti_st_.isOk()) return tutti_st_; \
   } while (0)
 
 // TUTTI_ASSIGN_OR_RETURN(auto x, f()) -- declares x from a Result<T>.

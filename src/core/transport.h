@@ -39,7 +39,10 @@ class Connection {
   // Read-side zero-copy (optional): a pointer to up to *avail contiguous bytes
   // already received, valid until consume(). Returns nullptr when nothing is
   // available or the transport does not support it.
-  virtual const void* peek(size_t* avail) { *avail = 0; return nullptr; }
+  virtual const void* peek(size_t* avail) {
+    *avail = 0;
+    return nullptr;
+  }
   virtual void consume(size_t /*bytes*/) {}
   virtual bool supportsPeek() const { return false; }
   // -1 when there is nothing to poll (spin/sleep instead).
@@ -74,16 +77,16 @@ struct ConnectContext {
   int rank = -1;
   int peer = -1;
   int channel = 0;
-  bool isLower = false;          // rank < peer: this side creates/listens
-  bool peerSameHost = false;     // peers share a host identity
-  uint64_t commHash = 0;         // unique per communicator (names shm segments)
+  bool isLower = false;             // rank < peer: this side creates/listens
+  bool peerSameHost = false;        // peers share a host identity
+  uint64_t commHash = 0;            // unique per communicator (names shm segments)
   const uint8_t* secret = nullptr;  // 32 bytes; proven by every data connection
-  size_t bufferBytes = 4 << 20;  // NCCL_BUFFSIZE-like ring size per direction
+  size_t bufferBytes = 4 << 20;     // NCCL_BUFFSIZE-like ring size per direction
   ControlChannel* control = nullptr;
   Clock::time_point deadline;
   const std::atomic<bool>* abortFlag = nullptr;
-  uint64_t tagBase = 0;          // unique per (pair, channel) handshake
-  std::string localIfAddr;       // TCP: address to listen on / advertise
+  uint64_t tagBase = 0;     // unique per (pair, channel) handshake
+  std::string localIfAddr;  // TCP: address to listen on / advertise
 };
 
 class Transport {

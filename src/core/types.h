@@ -30,20 +30,38 @@ enum class RedOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kPre
 
 inline size_t dataTypeSize(DataType t) {
   switch (t) {
-    case DataType::kInt8: case DataType::kUint8:
-    case DataType::kFloat8e4m3: case DataType::kFloat8e5m2: return 1;
-    case DataType::kFloat16: case DataType::kBfloat16: return 2;
-    case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
-    case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
-    default: return 0;
+    case DataType::kInt8:
+    case DataType::kUint8:
+    case DataType::kFloat8e4m3:
+    case DataType::kFloat8e5m2:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBfloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kUint32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kUint64:
+    case DataType::kFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 inline bool isFloating(DataType t) {
   switch (t) {
-    case DataType::kFloat16: case DataType::kFloat32: case DataType::kFloat64:
-    case DataType::kBfloat16: case DataType::kFloat8e4m3: case DataType::kFloat8e5m2: return true;
-    default: return false;
+    case DataType::kFloat16:
+    case DataType::kFloat32:
+    case DataType::kFloat64:
+    case DataType::kBfloat16:
+    case DataType::kFloat8e4m3:
+    case DataType::kFloat8e5m2:
+      return true;
+    default:
+      return false;
   }
 }
 

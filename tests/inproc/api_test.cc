@@ -25,8 +25,9 @@ TEST(Groups, OneThreadInitialisesAndDrivesEveryRank) {
     for (int r = 0; r < n; ++r) fillInts(in[r], r);
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     for (int r = 0; r < n; ++r)
-      ASSERT_EQ(ncclAllReduce(in[r].data(), out[r].data(), count, ncclInt32, ncclSum, comms[r],
-                              nullptr), ncclSuccess);
+      ASSERT_EQ(
+          ncclAllReduce(in[r].data(), out[r].data(), count, ncclInt32, ncclSum, comms[r], nullptr),
+          ncclSuccess);
     ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
     for (int r = 0; r < n; ++r)
       for (size_t i = 0; i < count; i += 101) {
@@ -92,7 +93,8 @@ TEST(Groups, ManyOperationsInOneGroup) {
     fillInts(sendv, r + 100);
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-    ASSERT_EQ(ncclAllReduce(a.data(), ar.data(), count, ncclInt32, ncclMax, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(a.data(), ar.data(), count, ncclInt32, ncclMax, comm, nullptr),
+              ncclSuccess);
     ASSERT_EQ(ncclSend(sendv.data(), count, ncclInt32, next, comm, nullptr), ncclSuccess);
     ASSERT_EQ(ncclAllGather(a.data(), ag.data(), count, ncclInt32, comm, nullptr), ncclSuccess);
     ASSERT_EQ(ncclRecv(recvv.data(), count, ncclInt32, prev, comm, nullptr), ncclSuccess);
@@ -104,7 +106,8 @@ TEST(Groups, ManyOperationsInOneGroup) {
     fillInts(expectRecv, prev + 100);
     for (size_t i = 0; i < count; ++i) {
       ASSERT_EQ(ar[i], static_cast<int32_t>((n - 1) * 1000 + i % 997));
-      for (int q = 0; q < n; ++q) ASSERT_EQ(ag[q * count + i], static_cast<int32_t>(q * 1000 + i % 997));
+      for (int q = 0; q < n; ++q)
+        ASSERT_EQ(ag[q * count + i], static_cast<int32_t>(q * 1000 + i % 997));
       ASSERT_EQ(bc[i], 7);
       ASSERT_EQ(recvv[i], expectRecv[i]);
       ASSERT_EQ(self[i], a[i]);
@@ -182,9 +185,8 @@ TEST(Channels, SlowChannelCarriesFewerChunks) {
   unsetenv("TUTTI_CHUNK_SIZE");
   for (int r = 0; r < n; ++r) {
     ASSERT_EQ(stats[r].size(), 2u);
-    EXPECT_GT(stats[r][0], 2 * stats[r][1]) << "rank " << r << ": channel 0 carried "
-                                            << stats[r][0] << ", throttled channel 1 "
-                                            << stats[r][1];
+    EXPECT_GT(stats[r][0], 2 * stats[r][1]) << "rank " << r << ": channel 0 carried " << stats[r][0]
+                                            << ", throttled channel 1 " << stats[r][1];
   }
 }
 

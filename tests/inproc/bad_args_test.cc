@@ -35,7 +35,8 @@ TEST(BadArguments, WithoutACommunicator) {
   EXPECT_FAILS_WITH(ncclCommInitRankConfig(&c, 1, id, 0, &bad), ncclInvalidArgument, "blocking");
   EXPECT_FAILS_WITH(ncclCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument, "comms is NULL");
   EXPECT_FAILS_WITH(ncclCommInitAll(&c, 0, nullptr), ncclInvalidArgument, "ndev");
-  EXPECT_FAILS_WITH(ncclCommInitRankScalable(&c, 1, 0, 0, &id, nullptr), ncclInvalidArgument, "nId");
+  EXPECT_FAILS_WITH(ncclCommInitRankScalable(&c, 1, 0, 0, &id, nullptr), ncclInvalidArgument,
+                    "nId");
   EXPECT_FAILS_WITH(ncclMemAlloc(nullptr, 16), ncclInvalidArgument, "ptr is NULL");
   EXPECT_FAILS_WITH(ncclGroupEnd(), ncclInvalidUsage, "without a matching");
   EXPECT_STREQ(ncclGetErrorString(ncclInvalidArgument),
@@ -59,8 +60,8 @@ TEST(BadArguments, NullAndDestroyedCommunicators) {
   EXPECT_FAILS_WITH(ncclCommUserRank(c, &v), ncclInvalidArgument, "not a valid communicator");
   EXPECT_FAILS_WITH(ncclCommDestroy(c), ncclInvalidArgument, "not a valid communicator");
   int stackJunk[16] = {};
-  EXPECT_FAILS_WITH(ncclCommCount(reinterpret_cast<ncclComm_t>(stackJunk), &v),
-                    ncclInvalidArgument, "not a valid communicator");
+  EXPECT_FAILS_WITH(ncclCommCount(reinterpret_cast<ncclComm_t>(stackJunk), &v), ncclInvalidArgument,
+                    "not a valid communicator");
   EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);
 }
 
@@ -78,11 +79,14 @@ TEST(BadArguments, EveryCallOnALiveCommunicator) {
     expectFail(ncclCommCuDevice(comm, nullptr), "device is NULL", "cudevice");
     expectFail(ncclCommGetAsyncError(comm, nullptr), "asyncError is NULL", "async");
     expectFail(ncclAllReduce(buf.data(), out.data(), 8, static_cast<ncclDataType_t>(12), ncclSum,
-                             comm, nullptr), "invalid datatype 12", "dtype");
+                             comm, nullptr),
+               "invalid datatype 12", "dtype");
     expectFail(ncclAllReduce(buf.data(), out.data(), 8, static_cast<ncclDataType_t>(-1), ncclSum,
-                             comm, nullptr), "invalid datatype -1", "dtype");
+                             comm, nullptr),
+               "invalid datatype -1", "dtype");
     expectFail(ncclAllReduce(buf.data(), out.data(), 8, ncclFloat, static_cast<ncclRedOp_t>(9),
-                             comm, nullptr), "invalid reduction op 9", "op");
+                             comm, nullptr),
+               "invalid reduction op 9", "op");
     expectFail(ncclAllReduce(nullptr, out.data(), 8, ncclFloat, ncclSum, comm, nullptr),
                "sendbuff is NULL", "null send");
     expectFail(ncclReduceScatter(buf.data(), nullptr, 8, ncclFloat, ncclSum, comm, nullptr),
@@ -137,8 +141,8 @@ TEST(BadArguments, MismatchedCollectivesAreReportedNotHung) {
   runRanks(2, [](int r, ncclComm_t comm) {
     std::vector<int32_t> a(1000, 1), b(2000, 0);
     // Rank 0 all-reduces 1000 elements, rank 1 2000: a usage error.
-    ncclResult_t rc = ncclAllReduce(a.data(), b.data(), r == 0 ? 1000 : 2000, ncclInt32, ncclSum,
-                                    comm, nullptr);
+    ncclResult_t rc =
+        ncclAllReduce(a.data(), b.data(), r == 0 ? 1000 : 2000, ncclInt32, ncclSum, comm, nullptr);
     EXPECT_NE(rc, ncclSuccess);
     EXPECT_NE(std::string(ncclGetLastError(comm)), "");
   });

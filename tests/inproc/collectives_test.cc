@@ -10,13 +10,24 @@
 namespace tutti::test {
 namespace {
 
-enum class Coll { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kReduce, kAllToAll, kGather, kScatter };
+enum class Coll {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kGather,
+  kScatter
+};
 const char* collName(Coll c) {
   static const char* names[] = {"AllReduce", "ReduceScatter", "AllGather", "Broadcast",
-                                "Reduce", "AlltoAll", "Gather", "Scatter"};
+                                "Reduce",    "AlltoAll",      "Gather",    "Scatter"};
   return names[static_cast<int>(c)];
 }
-bool reduces(Coll c) { return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce; }
+bool reduces(Coll c) {
+  return c == Coll::kAllReduce || c == Coll::kReduceScatter || c == Coll::kReduce;
+}
 
 // 5 == premulsum (created per communicator); other values are NCCL's ops.
 constexpr int kPreMul = 5;
@@ -32,10 +43,10 @@ struct Case {
 };
 
 std::string describe(const Case& c, int n) {
-  return std::string(collName(c.coll)) + " n=" + std::to_string(n) + " dt=" +
-         std::to_string(c.dt) + " op=" + std::to_string(c.op) + " count=" +
-         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") +
-         " misalign=" + std::to_string(c.misalign) + " root=" + std::to_string(c.root);
+  return std::string(collName(c.coll)) + " n=" + std::to_string(n) + " dt=" + std::to_string(c.dt) +
+         " op=" + std::to_string(c.op) + " count=" + std::to_string(c.count) +
+         (c.inPlace ? " in-place" : " out-of-place") + " misalign=" + std::to_string(c.misalign) +
+         " root=" + std::to_string(c.root);
 }
 
 std::vector<Case> makeCases(int n, bool full) {
@@ -70,22 +81,33 @@ std::vector<Case> makeCases(int n, bool full) {
 
 double mantissaEps(ncclDataType_t dt) {
   switch (dt) {
-    case ncclFloat16: return std::ldexp(1.0, -10);
-    case ncclBfloat16: return std::ldexp(1.0, -7);
-    case ncclFloat32: return std::ldexp(1.0, -23);
-    case ncclFloat64: return std::ldexp(1.0, -52);
-    case ncclFloat8e4m3: return std::ldexp(1.0, -3);
-    case ncclFloat8e5m2: return std::ldexp(1.0, -2);
-    default: return 0;
+    case ncclFloat16:
+      return std::ldexp(1.0, -10);
+    case ncclBfloat16:
+      return std::ldexp(1.0, -7);
+    case ncclFloat32:
+      return std::ldexp(1.0, -23);
+    case ncclFloat64:
+      return std::ldexp(1.0, -52);
+    case ncclFloat8e4m3:
+      return std::ldexp(1.0, -3);
+    case ncclFloat8e5m2:
+      return std::ldexp(1.0, -2);
+    default:
+      return 0;
   }
 }
 
 double combine(int op, double a, double b) {
   switch (op) {
-    case ncclProd: return a * b;
-    case ncclMax: return std::max(a, b);
-    case ncclMin: return std::min(a, b);
-    default: return a + b;
+    case ncclProd:
+      return a * b;
+    case ncclMax:
+      return std::max(a, b);
+    case ncclMin:
+      return std::min(a, b);
+    default:
+      return a + b;
   }
 }
 
@@ -122,12 +144,23 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
   const size_t es = typeSize(c.dt);
   size_t sendCount = c.count, recvCount = c.count;
   switch (c.coll) {
-    case Coll::kReduceScatter: sendCount = c.count * n; break;
-    case Coll::kAllGather: recvCount = c.count * n; break;
-    case Coll::kAllToAll: sendCount = recvCount = c.count * n; break;
-    case Coll::kGather: recvCount = c.count * n; break;
-    case Coll::kScatter: sendCount = c.count * n; break;
-    default: break;
+    case Coll::kReduceScatter:
+      sendCount = c.count * n;
+      break;
+    case Coll::kAllGather:
+      recvCount = c.count * n;
+      break;
+    case Coll::kAllToAll:
+      sendCount = recvCount = c.count * n;
+      break;
+    case Coll::kGather:
+      recvCount = c.count * n;
+      break;
+    case Coll::kScatter:
+      sendCount = c.count * n;
+      break;
+    default:
+      break;
   }
   size_t bigCount = std::max(sendCount, recvCount);
   std::vector<uint8_t> sendMem(bigCount * es + 16), recvMem(bigCount * es + 16);
@@ -138,11 +171,21 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
   uint8_t* sendPtr = sendbuf;
   if (c.inPlace) {
     switch (c.coll) {
-      case Coll::kAllGather: sendPtr = recvbuf + r * c.count * es; break;
-      case Coll::kGather: sendPtr = recvbuf + r * c.count * es; break;
-      case Coll::kReduceScatter: sendPtr = recvbuf; break;  // recv = send + r*count
-      case Coll::kScatter: sendPtr = recvbuf; break;
-      default: sendPtr = recvbuf; break;
+      case Coll::kAllGather:
+        sendPtr = recvbuf + r * c.count * es;
+        break;
+      case Coll::kGather:
+        sendPtr = recvbuf + r * c.count * es;
+        break;
+      case Coll::kReduceScatter:
+        sendPtr = recvbuf;
+        break;  // recv = send + r*count
+      case Coll::kScatter:
+        sendPtr = recvbuf;
+        break;
+      default:
+        sendPtr = recvbuf;
+        break;
     }
   }
   for (size_t j = 0; j < sendCount; ++j) storeValue(sendPtr + j * es, c.dt, in(c, r, j));
@@ -159,14 +202,30 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
   }
   ncclResult_t rc = ncclSuccess;
   switch (c.coll) {
-    case Coll::kAllReduce: rc = ncclAllReduce(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr); break;
-    case Coll::kReduceScatter: rc = ncclReduceScatter(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr); break;
-    case Coll::kAllGather: rc = ncclAllGather(sendPtr, recvPtr, c.count, c.dt, comm, nullptr); break;
-    case Coll::kBroadcast: rc = ncclBroadcast(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
-    case Coll::kReduce: rc = ncclReduce(sendPtr, recvPtr, c.count, c.dt, op, c.root, comm, nullptr); break;
-    case Coll::kAllToAll: rc = ncclAlltoAll(sendPtr, recvPtr, c.count, c.dt, comm, nullptr); break;
-    case Coll::kGather: rc = ncclGather(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
-    case Coll::kScatter: rc = ncclScatter(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr); break;
+    case Coll::kAllReduce:
+      rc = ncclAllReduce(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr);
+      break;
+    case Coll::kReduceScatter:
+      rc = ncclReduceScatter(sendPtr, recvPtr, c.count, c.dt, op, comm, nullptr);
+      break;
+    case Coll::kAllGather:
+      rc = ncclAllGather(sendPtr, recvPtr, c.count, c.dt, comm, nullptr);
+      break;
+    case Coll::kBroadcast:
+      rc = ncclBroadcast(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr);
+      break;
+    case Coll::kReduce:
+      rc = ncclReduce(sendPtr, recvPtr, c.count, c.dt, op, c.root, comm, nullptr);
+      break;
+    case Coll::kAllToAll:
+      rc = ncclAlltoAll(sendPtr, recvPtr, c.count, c.dt, comm, nullptr);
+      break;
+    case Coll::kGather:
+      rc = ncclGather(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr);
+      break;
+    case Coll::kScatter:
+      rc = ncclScatter(sendPtr, recvPtr, c.count, c.dt, c.root, comm, nullptr);
+      break;
   }
   ASSERT_EQ(rc, ncclSuccess) << describe(c, n) << ": " << ncclGetLastError(comm);
   if (c.op == kPreMul) {
@@ -205,7 +264,9 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
       case Coll::kAllGather:
         for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, j), 0);
         break;
-      case Coll::kBroadcast: bad += !expectAt(j, in(c, c.root, j), 0); break;
+      case Coll::kBroadcast:
+        bad += !expectAt(j, in(c, c.root, j), 0);
+        break;
       case Coll::kAllToAll:
         for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, r * c.count + j), 0);
         break;
@@ -213,7 +274,9 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
         if (r == c.root)
           for (int q = 0; q < n; ++q) bad += !expectAt(q * c.count + j, in(c, q, j), 0);
         break;
-      case Coll::kScatter: bad += !expectAt(j, in(c, c.root, r * c.count + j), 0); break;
+      case Coll::kScatter:
+        bad += !expectAt(j, in(c, c.root, r * c.count + j), 0);
+        break;
     }
   }
 }
@@ -225,7 +288,7 @@ TEST_P(Collectives, SampledMatrix) {
   const bool tcp = std::get<1>(GetParam());
   setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
   setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
-  setenv("NCCL_BUFFSIZE", "65536", 1);     // small rings: exercise back-pressure
+  setenv("NCCL_BUFFSIZE", "65536", 1);    // small rings: exercise back-pressure
   auto cases = makeCases(n, false);
   runRanks(n, [&](int r, ncclComm_t comm) {
     for (const auto& c : cases) {

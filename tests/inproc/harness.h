@@ -43,46 +43,152 @@ inline void runRanks(int n, const std::function<void(int, ncclComm_t)>& fn) {
 // Value <-> bytes for every NCCL datatype (floating types via double).
 inline void storeValue(void* p, ncclDataType_t dt, double v) {
   switch (dt) {
-    case ncclInt8: { int8_t x = static_cast<int8_t>(v); memcpy(p, &x, 1); break; }
-    case ncclUint8: { uint8_t x = static_cast<uint8_t>(v); memcpy(p, &x, 1); break; }
-    case ncclInt32: { int32_t x = static_cast<int32_t>(v); memcpy(p, &x, 4); break; }
-    case ncclUint32: { uint32_t x = static_cast<uint32_t>(v); memcpy(p, &x, 4); break; }
-    case ncclInt64: { int64_t x = static_cast<int64_t>(v); memcpy(p, &x, 8); break; }
-    case ncclUint64: { uint64_t x = static_cast<uint64_t>(v); memcpy(p, &x, 8); break; }
-    case ncclFloat16: { uint16_t x = cpu::floatToHalf(static_cast<float>(v)); memcpy(p, &x, 2); break; }
-    case ncclFloat32: { float x = static_cast<float>(v); memcpy(p, &x, 4); break; }
-    case ncclFloat64: memcpy(p, &v, 8); break;
-    case ncclBfloat16: { uint16_t x = cpu::floatToBf16(static_cast<float>(v)); memcpy(p, &x, 2); break; }
-    case ncclFloat8e4m3: { uint8_t x = cpu::floatToFp8E4M3(static_cast<float>(v)); memcpy(p, &x, 1); break; }
-    case ncclFloat8e5m2: { uint8_t x = cpu::floatToFp8E5M2(static_cast<float>(v)); memcpy(p, &x, 1); break; }
-    default: break;
+    case ncclInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      memcpy(p, &x, 1);
+      break;
+    }
+    case ncclUint8: {
+      uint8_t x = static_cast<uint8_t>(v);
+      memcpy(p, &x, 1);
+      break;
+    }
+    case ncclInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      memcpy(p, &x, 4);
+      break;
+    }
+    case ncclUint32: {
+      uint32_t x = static_cast<uint32_t>(v);
+      memcpy(p, &x, 4);
+      break;
+    }
+    case ncclInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      memcpy(p, &x, 8);
+      break;
+    }
+    case ncclUint64: {
+      uint64_t x = static_cast<uint64_t>(v);
+      memcpy(p, &x, 8);
+      break;
+    }
+    case ncclFloat16: {
+      uint16_t x = cpu::floatToHalf(static_cast<float>(v));
+      memcpy(p, &x, 2);
+      break;
+    }
+    case ncclFloat32: {
+      float x = static_cast<float>(v);
+      memcpy(p, &x, 4);
+      break;
+    }
+    case ncclFloat64:
+      memcpy(p, &v, 8);
+      break;
+    case ncclBfloat16: {
+      uint16_t x = cpu::floatToBf16(static_cast<float>(v));
+      memcpy(p, &x, 2);
+      break;
+    }
+    case ncclFloat8e4m3: {
+      uint8_t x = cpu::floatToFp8E4M3(static_cast<float>(v));
+      memcpy(p, &x, 1);
+      break;
+    }
+    case ncclFloat8e5m2: {
+      uint8_t x = cpu::floatToFp8E5M2(static_cast<float>(v));
+      memcpy(p, &x, 1);
+      break;
+    }
+    default:
+      break;
   }
 }
 
 inline double loadValue(const void* p, ncclDataType_t dt) {
   switch (dt) {
-    case ncclInt8: { int8_t x; memcpy(&x, p, 1); return x; }
-    case ncclUint8: { uint8_t x; memcpy(&x, p, 1); return x; }
-    case ncclInt32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case ncclUint32: { uint32_t x; memcpy(&x, p, 4); return x; }
-    case ncclInt64: { int64_t x; memcpy(&x, p, 8); return static_cast<double>(x); }
-    case ncclUint64: { uint64_t x; memcpy(&x, p, 8); return static_cast<double>(x); }
-    case ncclFloat16: { uint16_t x; memcpy(&x, p, 2); return cpu::halfToFloat(x); }
-    case ncclFloat32: { float x; memcpy(&x, p, 4); return x; }
-    case ncclFloat64: { double x; memcpy(&x, p, 8); return x; }
-    case ncclBfloat16: { uint16_t x; memcpy(&x, p, 2); return cpu::bf16ToFloat(x); }
-    case ncclFloat8e4m3: { uint8_t x; memcpy(&x, p, 1); return cpu::fp8E4M3ToFloat(x); }
-    case ncclFloat8e5m2: { uint8_t x; memcpy(&x, p, 1); return cpu::fp8E5M2ToFloat(x); }
-    default: return 0;
+    case ncclInt8: {
+      int8_t x;
+      memcpy(&x, p, 1);
+      return x;
+    }
+    case ncclUint8: {
+      uint8_t x;
+      memcpy(&x, p, 1);
+      return x;
+    }
+    case ncclInt32: {
+      int32_t x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case ncclUint32: {
+      uint32_t x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case ncclInt64: {
+      int64_t x;
+      memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    case ncclUint64: {
+      uint64_t x;
+      memcpy(&x, p, 8);
+      return static_cast<double>(x);
+    }
+    case ncclFloat16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return cpu::halfToFloat(x);
+    }
+    case ncclFloat32: {
+      float x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case ncclFloat64: {
+      double x;
+      memcpy(&x, p, 8);
+      return x;
+    }
+    case ncclBfloat16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return cpu::bf16ToFloat(x);
+    }
+    case ncclFloat8e4m3: {
+      uint8_t x;
+      memcpy(&x, p, 1);
+      return cpu::fp8E4M3ToFloat(x);
+    }
+    case ncclFloat8e5m2: {
+      uint8_t x;
+      memcpy(&x, p, 1);
+      return cpu::fp8E5M2ToFloat(x);
+    }
+    default:
+      return 0;
   }
 }
 
 inline size_t typeSize(ncclDataType_t dt) {
   switch (dt) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    default: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 

@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
   setenv("TUTTI_TIMEOUT", "30", 0);  // upper bound; death must be seen much sooner
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
-  int pipes[2];
-  if (pipe(pipes) != 0) return 2;
+  int pipes[2], ready[2];
+  if (pipe(pipes) != 0 || pipe(ready) != 0) return 2;
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     pid_t pid = fork();
@@ -34,15 +34,13 @@ int main(int argc, char** argv) {
       std::vector<float> buf(count, 1.0f);
       for (int it = 0;; ++it) {
         if (r == victim && it == 2) {
-          // Die in the middle of the next collective: start it, then get killed.
-          if (fork() == 0) {
-            usleep(20000);
-            kill(getppid(), SIGKILL);
-            _exit(0);
-          }
+          // Tell the harness to kill us 20 ms into the next collective.
+          char c = 'k';
+          if (write(ready[1], &c, 1) != 1) _exit(5);
         }
         auto t0 = std::chrono::steady_clock::now();
-        ncclResult_t rc = ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr);
+        ncclResult_t rc =
+            ncclAllReduce(buf.data(), buf.data(), count, ncclFloat, ncclSum, comm, nullptr);
         if (rc != ncclSuccess) {
           double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           std::string err = ncclGetLastError(comm);
@@ -61,12 +59,21 @@ int main(int argc, char** argv) {
     pids.push_back(pid);
   }
   close(pipes[1]);
+  close(ready[1]);
+  char c;
+  if (read(ready[0], &c, 1) == 1) {
+    usleep(20000);
+    kill(pids[victim], SIGKILL);
+  }
   int failures = 0;
   for (int r = 0; r < n; ++r) {
     int status = 0;
     waitpid(pids[r], &status, 0);  // reaping at once lets shm see the death
     if (r == victim) {
-      if (!WIFSIGNALED(status)) { fprintf(stderr, "victim was not killed\n"); failures++; }
+      if (!WIFSIGNALED(status)) {
+        fprintf(stderr, "victim was not killed\n");
+        failures++;
+      }
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       fprintf(stderr, "rank %d: exit status %d\n", r, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
       failures++;

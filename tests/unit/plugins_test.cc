@@ -1,14 +1,13 @@
 // Plugin lookup order: next to the library first, then TUTTI_PLUGIN_PATH.
+#include "core/plugins.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
-
 #include <cstdlib>
 #include <fstream>
-
-#include "core/plugins.h"
 
 namespace tutti::core {
 namespace {
