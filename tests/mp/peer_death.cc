@@ -19,15 +19,21 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 3;
   const int victim = argc > 2 ? atoi(argv[2]) : n - 1;
   setenv("TUTTI_TIMEOUT", "30", 0);  // upper bound; death must be seen much sooner
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
   int pipes[2], ready[2];
   if (pipe(pipes) != 0 || pipe(ready) != 0) return 2;
   std::vector<pid_t> pids;
+  std::vector<int> idPipes;
+  // Fork before touching tutti: the unique id starts a listener thread, and a
+  // process must not fork while other threads may hold locks.
   for (int r = 0; r < n; ++r) {
+    int idp[2];
+    if (pipe(idp) != 0) return 2;
     pid_t pid = fork();
     if (pid == 0) {
       close(pipes[0]);
+      close(idp[1]);
+      ncclUniqueId id;
+      if (read(idp[0], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) _exit(3);
       ncclComm_t comm;
       if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) _exit(3);
       const size_t count = 8 << 20;  // 32 MiB: the victim dies while data is in flight
@@ -56,7 +62,15 @@ int main(int argc, char** argv) {
         if (it > 1000) _exit(6);  // the victim should be dead long before
       }
     }
+    close(idp[0]);
+    idPipes.push_back(idp[1]);
     pids.push_back(pid);
+  }
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  for (int fd : idPipes) {
+    if (write(fd, &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) return 2;
+    close(fd);
   }
   close(pipes[1]);
   close(ready[1]);
