@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/socket.h"
@@ -53,6 +54,7 @@ struct UniqueIdData {
   uint8_t reserved[kUniqueIdBytes - 80];
 };
 static_assert(sizeof(UniqueIdData) == kUniqueIdBytes, "UniqueIdData must be 128 bytes");
+static_assert(std::is_trivially_copyable_v<UniqueIdData>, "UniqueIdData crosses processes");
 constexpr uint32_t kIdMagic = 0x54555454;  // "TTUT"
 constexpr uint16_t kIdRootByRank0 = 1;
 
@@ -69,6 +71,7 @@ struct PeerInfo {
   int32_t reserved;
 };
 static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
+static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processes");
 
 // This process's host identity: TUTTI_HOST_ID if set, else hostname + boot id.
 uint64_t localHostId();

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/bootstrap.h"
@@ -42,6 +43,7 @@ struct MsgHeader {
   uint64_t tag;    // message within the schedule
 };
 static_assert(sizeof(MsgHeader) == 24, "MsgHeader is wire format");
+static_assert(std::is_trivially_copyable_v<MsgHeader>, "MsgHeader is wire format");
 
 // Per-connection receive state that outlives one collective: a header read
 // for a later collective stays parked here until that collective runs.

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The sanitizer part of the test routine: builds the library and its tests
+# with ThreadSanitizer and with AddressSanitizer + UndefinedBehaviorSanitizer
+# (build-tsan/, build-asan/) and runs the unit, in-process and multi-process
+# tests in each. Any report fails the run. Expects scripts/setup.sh to have
+# installed the packages. Extra arguments go to ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS="${TUTTI_JOBS:-$(nproc)}"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1 ${UBSAN_OPTIONS:-}"
+for san in thread "address,undefined"; do
+  dir="build-${san%%,*}"
+  dir="${dir/thread/tsan}"
+  dir="${dir/address/asan}"
+  echo "== sanitizer: $san ($dir)"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_SANITIZE="$san" \
+    -DTUTTI_BUILD_BENCH=OFF > /dev/null
+  cmake --build "$dir" -j "$JOBS"
+  # UBSan reports do not fail a test by themselves: halt_on_error makes them.
+  ctest --test-dir "$dir" -L "unit|inproc|mp" --output-on-failure -j "$JOBS" --timeout 900 "$@"
+done
