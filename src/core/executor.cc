@@ -505,10 +505,21 @@ Status execute(std::vector<Work*>& work) {
           [&, i] { connected[i] = work[i]->comm->ensureConnected(runs[i]->peerList()); });
     for (auto& t : threads) t.join();
   }
+  // One failure ends the whole group: the other communicators' operations
+  // stop half-way, so they are broken too (and say why).
+  auto failGroup = [&](size_t i, Status st) {
+    st = fail(runs[i].get(), work[i], st);
+    for (size_t k = 0; k < runs.size(); ++k)
+      if (k != i && !runs[k]->done() && work[k]->comm != work[i]->comm)
+        (void)fail(
+            nullptr, work[k],
+            Status(st.code(), "another communicator of the same group failed: " + st.message()));
+    return st;
+  };
   for (size_t i = 0; i < runs.size(); ++i) {
     Status st = connected[i];
     if (st) st = runs[i]->start();
-    if (!st) return fail(runs[i].get(), work[i], st);
+    if (!st) return failGroup(i, st);
   }
   auto lastProgress = Clock::now();
   auto lastCheck = lastProgress;
@@ -541,7 +552,7 @@ Status execute(std::vector<Work*>& work) {
     for (size_t i = 0; i < runs.size(); ++i) {
       if (runs[i]->done()) continue;
       Status st = runs[i]->pass(&progress);
-      if (!st) return fail(runs[i].get(), work[i], st);
+      if (!st) return failGroup(i, st);
       if (!runs[i]->done()) allDone = false;
     }
     if (allDone) return Status::ok();
@@ -557,7 +568,7 @@ Status execute(std::vector<Work*>& work) {
       for (size_t i = 0; i < runs.size(); ++i) {
         if (runs[i]->done()) continue;
         Status st = runs[i]->checkStalled(lastProgress);
-        if (!st) return fail(runs[i].get(), work[i], st);
+        if (!st) return failGroup(i, st);
       }
     }
     if (!unpollable) continue;  // the next poll() sleeps until a socket is ready
