@@ -10,13 +10,11 @@
 namespace tutti::core {
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
-                                           const CommConfig& config,
-                                           std::atomic<bool>* externalAbort) {
+                                           const CommConfig& config) {
   std::unique_ptr<Comm> c(new Comm());
   c->rank_ = rank;
   c->nranks_ = nranks;
   c->config_ = config;
-  c->externalAbort_ = externalAbort;
   log::setThreadRank(rank);
 
   int64_t buff = params::getInt("NCCL_BUFFSIZE", 4 << 20);

@@ -64,8 +64,7 @@ struct Channel {
 class Comm {
  public:
   static Result<std::unique_ptr<Comm>> create(const UniqueIdData& id, int rank, int nranks,
-                                              const CommConfig& config,
-                                              std::atomic<bool>* externalAbort = nullptr);
+                                              const CommConfig& config);
   ~Comm();
 
   int rank() const { return rank_; }
@@ -133,7 +132,6 @@ class Comm {
   int throttledChannel_ = -1, throttleUs_ = 0;
   std::mutex mu_;
   std::atomic<bool> abort_{false};
-  std::atomic<bool>* externalAbort_ = nullptr;
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};
