@@ -92,7 +92,12 @@ const char* Comm::transportName(int peer) const {
   if (peer == rank_) return "self";
   const auto& ch = channels_[peer];
   if (!ch.empty() && ch[0].conn) return ch[0].conn->name();
-  return sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false) ? "shm" : "tcp";
+  return transportFor(peer)->name();
+}
+
+transport::Transport* Comm::transportFor(int peer) const {
+  bool shm = sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false);
+  return shm ? shm_.get() : tcp_.get();
 }
 
 Status Comm::ensureConnected(std::vector<int> peers) {
@@ -111,8 +116,7 @@ Status Comm::ensureConnected(std::vector<int> peers) {
 }
 
 Status Comm::connectPair(int peer) {
-  bool shm = sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false);
-  transport::Transport* t = shm ? shm_.get() : tcp_.get();
+  transport::Transport* t = transportFor(peer);
   for (int ch = 0; ch < nChannels_; ++ch) {
     transport::ConnectContext ctx;
     ctx.rank = rank_;

@@ -118,6 +118,8 @@ class Comm {
  private:
   Comm() = default;
   Status connectPair(int peer);
+  // Shared memory for peers on this host (unless NCCL_SHM_DISABLE), else TCP.
+  transport::Transport* transportFor(int peer) const;
 
   int rank_ = -1, nranks_ = 0, nChannels_ = 1;
   CommConfig config_;

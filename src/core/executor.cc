@@ -106,6 +106,12 @@ class Run {
   Status reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
                        const algo::Schedule& sched, const algo::RecvStep& r, bool* progress);
   Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
+  // Records `p` as the peer whose connection failed (the root-cause lookup
+  // starts there) and returns `st`, prefixed with `what` and the peer.
+  Status peerFailure(const PeerRun& p, const Status& st, const char* what) {
+    failedPeer_ = p.peer;
+    return what ? st.withContext(what + c_->describePeer(p.peer)) : st;
+  }
 
   Work* w_;
   Comm* c_;
@@ -132,6 +138,15 @@ void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
       cpu::divide(dst, src, st.bytes / es, spec.dt, spec.divisor);
       break;
   }
+}
+
+// dst = incoming (op) local, as the schedule's ReduceSpec says.
+void combine(const algo::ReduceSpec& spec, uint8_t* dst, const uint8_t* incoming,
+             const uint8_t* local, size_t count) {
+  if (spec.op == RedOp::kPreMulSum)
+    cpu::preMulReduce(dst, incoming, local, count, spec.dt, spec.scalar);
+  else
+    cpu::reduce(dst, incoming, local, count, spec.dt, spec.op);
 }
 
 std::vector<int> Run::peerList() {
@@ -231,10 +246,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     if (o.hdrSent < kHdr) {
       auto n = chan.conn->trySend(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
                                   kHdr - o.hdrSent);
-      if (!n) {
-        failedPeer_ = p.peer;
-        return n.status().withContext("sending to " + c_->describePeer(p.peer));
-      }
+      if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
       o.hdrSent += *n;
       if (o.hdrSent < kHdr) return Status::ok();
@@ -242,10 +254,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     if (o.paySent < sd.bytes) {
       const uint8_t* src = addr(sends_[o.send].inst, sd.src);
       auto n = chan.conn->trySend(src + o.paySent, sd.bytes - o.paySent);
-      if (!n) {
-        failedPeer_ = p.peer;
-        return n.status().withContext("sending to " + c_->describePeer(p.peer));
-      }
+      if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
       o.paySent += *n;
       if (o.paySent < sd.bytes) return Status::ok();
@@ -280,19 +289,13 @@ Status Run::reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
   const size_t es = dataTypeSize(sched.spec.dt);
   uint8_t* dst = addr(inst, r.dst);
   const uint8_t* local = addr(inst, r.local);
-  auto combine = [&](size_t off, const uint8_t* incoming, size_t count) {
-    if (sched.spec.op == RedOp::kPreMulSum)
-      cpu::preMulReduce(dst + off, incoming, local + off, count, sched.spec.dt, sched.spec.scalar);
-    else
-      cpu::reduce(dst + off, incoming, local + off, count, sched.spec.dt, sched.spec.op);
-  };
   while (in.payGot < r.bytes) {
     size_t avail = 0;
     const uint8_t* src =
         in.carryGot ? nullptr : static_cast<const uint8_t*>(chan.conn->peek(&avail));
     size_t whole = std::min(avail, r.bytes - in.payGot) / es * es;
     if (src && whole) {
-      combine(in.payGot, src, whole / es);
+      combine(sched.spec, dst + in.payGot, src, local + in.payGot, whole / es);
       chan.conn->consume(whole);
       in.payGot += whole;
       *progress = true;
@@ -302,15 +305,12 @@ Status Run::reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
     // still arriving): take it through tryRecv, which also reports a peer
     // that closed or died.
     auto n = chan.conn->tryRecv(in.carry + in.carryGot, es - in.carryGot);
-    if (!n) {
-      failedPeer_ = p.peer;
-      return n.status().withContext("receiving from " + c_->describePeer(p.peer));
-    }
+    if (!n) return peerFailure(p, n.status(), "receiving from ");
     if (*n == 0) return Status::ok();
     *progress = true;
     in.carryGot += *n;
     if (in.carryGot == es) {
-      combine(in.payGot, in.carry, 1);
+      combine(sched.spec, dst + in.payGot, in.carry, local + in.payGot, 1);
       in.payGot += es;
       in.carryGot = 0;
     }
@@ -333,16 +333,11 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
         p.closed[ch] = 1;
         p.nClosed++;
         p.closedStatus = n.status().withContext("receiving from " + c_->describePeer(p.peer));
-        if (p.nClosed == p.closed.size() && p.recvsLeft) {
-          failedPeer_ = p.peer;
-          return p.closedStatus;
-        }
+        if (p.nClosed == p.closed.size() && p.recvsLeft)
+          return peerFailure(p, p.closedStatus, nullptr);
         return Status::ok();
       }
-      if (!n) {
-        failedPeer_ = p.peer;
-        return n.status().withContext("receiving from " + c_->describePeer(p.peer));
-      }
+      if (!n) return peerFailure(p, n.status(), "receiving from ");
       if (*n) *progress = true;
       rx.hdrGot += *n;
       if (rx.hdrGot < kHdr) return Status::ok();
@@ -371,10 +366,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
     } else if (in.payGot < r.bytes) {
       uint8_t* to = r.action == algo::RecvAction::kCopy ? addr(inst, r.dst) : chan.staging.data();
       auto n = chan.conn->tryRecv(to + in.payGot, r.bytes - in.payGot);
-      if (!n) {
-        failedPeer_ = p.peer;
-        return n.status().withContext("receiving from " + c_->describePeer(p.peer));
-      }
+      if (!n) return peerFailure(p, n.status(), "receiving from ");
       if (*n) *progress = true;
       in.payGot += *n;
     }
@@ -383,14 +375,8 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       const size_t es = dataTypeSize(sched.spec.dt);
       size_t upto = in.payGot / es * es;
       if (upto > in.reduced && (upto - in.reduced >= (64 << 10) || in.payGot == r.bytes)) {
-        size_t cnt = (upto - in.reduced) / es;
-        uint8_t* dst = addr(inst, r.dst) + in.reduced;
-        const uint8_t* local = addr(inst, r.local) + in.reduced;
-        const uint8_t* incoming = chan.staging.data() + in.reduced;
-        if (sched.spec.op == RedOp::kPreMulSum)
-          cpu::preMulReduce(dst, incoming, local, cnt, sched.spec.dt, sched.spec.scalar);
-        else
-          cpu::reduce(dst, incoming, local, cnt, sched.spec.dt, sched.spec.op);
+        combine(sched.spec, addr(inst, r.dst) + in.reduced, chan.staging.data() + in.reduced,
+                addr(inst, r.local) + in.reduced, (upto - in.reduced) / es);
         in.reduced = upto;
       }
     }
@@ -423,10 +409,8 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       // Some channel closed: the peer has left. Whatever is still in flight on
       // the open channels arrives within the stall check period; after that
       // the pending receives can never complete.
-      if (Clock::now() - lastProgress > std::chrono::seconds(1)) {
-        failedPeer_ = p.peer;
-        return p.closedStatus;
-      }
+      if (Clock::now() - lastProgress > std::chrono::seconds(1))
+        return peerFailure(p, p.closedStatus, nullptr);
     }
     // A failed liveness check is only a suspicion: a peer that finished and
     // closed may have left its last bytes in flight, and those are read
@@ -440,8 +424,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
         p.suspect = true;
         p.suspectSince = now;
       } else if (now - p.suspectSince > std::chrono::milliseconds(500)) {
-        failedPeer_ = p.peer;
-        return st.withContext(c_->describePeer(p.peer));
+        return peerFailure(p, st, "");
       }
     }
   }
