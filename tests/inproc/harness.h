@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/cpu/float_formats.h"
+#include "core/types.h"
 #include "nccl.h"
 
 namespace tutti::test {
@@ -173,29 +174,9 @@ inline double loadValue(const void* p, ncclDataType_t dt) {
   }
 }
 
-inline size_t typeSize(ncclDataType_t dt) {
-  switch (dt) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      return 1;
-    case ncclFloat16:
-    case ncclBfloat16:
-      return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-
-inline bool isFloat(ncclDataType_t dt) {
-  return dt == ncclFloat16 || dt == ncclFloat32 || dt == ncclFloat64 || dt == ncclBfloat16 ||
-         dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
-}
+// The library's own tables (core/types.h), through NCCL's enum.
+inline size_t typeSize(ncclDataType_t dt) { return dataTypeSize(static_cast<DataType>(dt)); }
+inline bool isFloat(ncclDataType_t dt) { return isFloating(static_cast<DataType>(dt)); }
 inline bool isUnsigned(ncclDataType_t dt) {
   return dt == ncclUint8 || dt == ncclUint32 || dt == ncclUint64;
 }
