@@ -1,5 +1,6 @@
 #include "capi/errors.h"
 
+#include <atomic>
 #include <mutex>
 #include <unordered_set>
 
@@ -18,6 +19,18 @@ std::unordered_set<const ncclComm*>& registry() {
 
 }  // namespace
 
+namespace {
+// Bumped whenever a handle leaves the registry: a thread's cached "c is live"
+// answer holds while the generation it was taken at is current (the hot path
+// of a collective then costs one atomic load instead of a lock and a lookup).
+std::atomic<uint64_t> g_regGen{1};
+struct LiveCache {
+  const ncclComm* comm = nullptr;
+  uint64_t gen = 0;
+};
+thread_local LiveCache t_live;
+}  // namespace
+
 void registerComm(ncclComm* c) {
   std::lock_guard<std::mutex> lk(g_regMu);
   registry().insert(c);
@@ -26,12 +39,17 @@ void registerComm(ncclComm* c) {
 void unregisterComm(ncclComm* c) {
   std::lock_guard<std::mutex> lk(g_regMu);
   registry().erase(c);
+  g_regGen.fetch_add(1, std::memory_order_acq_rel);
 }
 
 bool isLiveComm(const ncclComm* c) {
   if (!c) return false;
+  const uint64_t gen = g_regGen.load(std::memory_order_acquire);
+  if (t_live.comm == c && t_live.gen == gen) return true;
   std::lock_guard<std::mutex> lk(g_regMu);
-  return registry().count(c) != 0;
+  if (registry().count(c) == 0) return false;
+  t_live = {c, g_regGen.load(std::memory_order_relaxed)};
+  return true;
 }
 
 ncclResult_t fail(ncclResult_t code, const std::string& message, ncclComm_t comm) {

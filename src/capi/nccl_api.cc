@@ -96,10 +96,11 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
                 std::string(fn) + ": communicator initialisation failed", comm);
   if (comm->finalized)
     return fail(ncclInvalidUsage, std::string(fn) + ": communicator was finalized", comm);
-  Status err = comm->impl->error();
-  if (!err.isOk())
+  if (comm->impl->asyncErrorCode() != 0) {
+    Status err = comm->impl->error();
     return fail(static_cast<ncclResult_t>(err.code()),
                 std::string(fn) + ": communicator is in error state after: " + err.message(), comm);
+  }
   if (comm->impl->aborted())
     return fail(ncclInvalidUsage, std::string(fn) + ": communicator was aborted", comm);
   return ncclSuccess;
@@ -187,6 +188,26 @@ bool isReducing(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
+// The operation as a one-shot collective, when the communicator's arena
+// takes it (same answer on every rank: it depends on collective, count and
+// datatype only).
+bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
+  core::OneShot* os = comm->impl->oneShot();
+  if (!os || o.count == 0) return false;
+  size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt));
+  if (!os->eligible(o.coll, o.count, es)) return false;
+  out->coll = o.coll;
+  out->send = static_cast<const uint8_t*>(o.send);
+  out->recv = static_cast<uint8_t*>(o.recv);
+  out->count = o.count;
+  out->elemSize = es;
+  out->spec = isReducing(o.coll) ? makeSpec(comm, o.dt, o.op) : algo::ReduceSpec{};
+  out->spec.dt = static_cast<tutti::DataType>(o.dt);
+  out->root = o.root;
+  out->redop = o.op;
+  return true;
+}
+
 // Validates and records one operation; runs it unless inside a group.
 ncclResult_t enqueue(const char* fn, PendingOp op);
 ncclResult_t groupEndImpl();
@@ -252,6 +273,14 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
 }
 
 ncclResult_t enqueue(const char*, PendingOp op) {
+  core::OneShotOp small;
+  if (t_group.depth == 0 && oneShotOp(op.comm, op, &small)) {
+    // The latency path: no group bookkeeping, no schedule, no executor.
+    tutti::log::setThreadRank(op.comm->rank);
+    std::lock_guard<std::mutex> lk(op.comm->impl->mutex());
+    Status st = op.comm->impl->oneShot()->run(small);
+    return st ? ncclSuccess : fromStatus(st, op.comm);
+  }
   t_group.ops.push_back(op);
   if (t_group.depth > 0) return ncclSuccess;
   return groupEndImpl();
@@ -316,6 +345,13 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
       continue;
     }
     if (o->count == 0) continue;
+    core::OneShotOp small;
+    if (oneShotOp(comm, *o, &small)) {
+      TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm one-shot",
+                 algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks);
+      w->small.push_back(small);
+      continue;
+    }
     algo::CollArgs a;
     a.coll = o->coll;
     a.rank = comm->rank;

@@ -1,13 +1,34 @@
 #include "core/comm.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "core/backoff.h"
 #include "core/log.h"
 #include "core/params.h"
 
 namespace tutti::core {
+
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+uint64_t Backoff::spinItersFor(std::chrono::microseconds d) {
+  static const double perPause = [] {
+    constexpr int kN = 2000;
+    auto t0 = Clock::now();
+    for (int i = 0; i < kN; ++i) relax();
+    double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kN;
+    return std::clamp(ns, 1.0, 1000.0);
+  }();
+  return std::max<uint64_t>(32, static_cast<uint64_t>(d.count() * 1000.0 / perPause));
+}
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
                                            const CommConfig& config) {
@@ -62,13 +83,18 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   }
-  int nodes = 0;
+  int nodes = 0, local = 0;
   {
     std::vector<uint64_t> hosts;
-    for (int r = 0; r < nranks; ++r) hosts.push_back(c->peer(r).hostId);
+    for (int r = 0; r < nranks; ++r) {
+      hosts.push_back(c->peer(r).hostId);
+      local += c->sameHost(r);
+    }
     std::sort(hosts.begin(), hosts.end());
     nodes = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
   }
+  c->oversubscribed_ = local > usableCpus();
+  TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   TUTTI_INFO(log::kInit,
              "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
              "via {} - Init COMPLETE",
@@ -79,6 +105,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 
 Comm::~Comm() {
   abort_.store(true);
+  oneShot_.reset();  // peers waiting on this rank there see it closed
   channels_.clear();
   bootstrap_.reset();
 }
@@ -171,6 +198,7 @@ void Comm::setError(const Status& st) {
   if (error_.isOk() && !st.isOk()) {
     error_ = st;
     asyncError_.store(static_cast<int>(st.code()));
+    if (oneShot_) oneShot_->markFailed();
   }
 }
 
@@ -199,7 +227,9 @@ void Comm::noticeFailure(const Status& cause) {
   std::string text = cause.message();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_ || channels_[p].empty() || !channels_[p][0].conn) continue;
+    // Peers with a connection, and every peer when the one-shot arena may
+    // have this rank as the one they wait for.
+    if (p == rank_ || (!oneShot_ && (channels_[p].empty() || !channels_[p][0].conn))) continue;
     (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
   }
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/bootstrap.h"
+#include "core/oneshot.h"
 #include "core/status.h"
 #include "core/transport.h"
 
@@ -83,6 +84,11 @@ class Comm {
   const char* transportName(int peer) const;
   uint64_t nextSeq(int peer) { return pairSeq_[peer]++; }
 
+  // The one-shot path for small collectives on one host; null when unused.
+  OneShot* oneShot() { return oneShot_.get(); }
+  // More ranks of this communicator on this host than CPUs this process may use.
+  bool oversubscribed() const { return oversubscribed_; }
+
   // Per-operation scratch memory owned by the communicator (grown on demand).
   Result<uint8_t*> scratch(size_t bytes);
 
@@ -125,6 +131,8 @@ class Comm {
   CommConfig config_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;
+  std::unique_ptr<OneShot> oneShot_;
+  bool oversubscribed_ = false;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> pairSeq_;
   std::unique_ptr<uint8_t[]> scratch_;

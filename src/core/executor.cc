@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "backends/cpu/kernels.h"
+#include "core/backoff.h"
 #include "core/log.h"
 
 namespace tutti::core {
@@ -85,7 +86,9 @@ class Run {
   Status start();
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
-  bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0; }
+  bool done() const {
+    return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size();
+  }
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
   Status checkStalled(Clock::time_point lastProgress);
@@ -121,6 +124,7 @@ class Run {
   std::vector<PeerRun> peers_;
   std::vector<int> slot_;  // rank -> index in peers_
   size_t sendsLeft_ = 0, recvsLeft_ = 0;
+  size_t smallNext_ = 0;  // the one-shot operation in progress
   int failedPeer_ = -1;
 };
 
@@ -391,6 +395,12 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
 }
 
 Status Run::pass(bool* progress) {
+  while (smallNext_ < w_->small.size()) {
+    OneShotOp& op = w_->small[smallNext_];
+    TUTTI_RETURN_IF_ERROR(c_->oneShot()->progress(op, progress));
+    if (!op.done) break;
+    ++smallNext_;
+  }
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
@@ -403,6 +413,8 @@ Status Run::pass(bool* progress) {
 
 Status Run::checkStalled(Clock::time_point lastProgress) {
   if (c_->aborted()) return invalidUsage("communicator aborted");
+  if (smallNext_ < w_->small.size())
+    TUTTI_RETURN_IF_ERROR(c_->oneShot()->check(w_->small[smallNext_], Clock::now() - lastProgress));
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     if (p.nClosed && p.recvsLeft) {
@@ -412,6 +424,15 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       if (Clock::now() - lastProgress > std::chrono::seconds(1))
         return peerFailure(p, p.closedStatus, nullptr);
     }
+    // A peer that failed (or left) on the one-shot path says so in the arena.
+    if (c_->oneShot() && c_->oneShot()->peerGone(p.peer) &&
+        Clock::now() - lastProgress > std::chrono::milliseconds(200))
+      return peerFailure(
+          p,
+          remoteError(fmt::format("{} failed or destroyed its communicator while this rank "
+                                  "waited for it",
+                                  c_->describePeer(p.peer))),
+          nullptr);
     // A failed liveness check is only a suspicion: a peer that finished and
     // closed may have left its last bytes in flight, and those are read
     // first. The suspicion becomes the error if nothing moves for a while.
@@ -441,6 +462,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
 
 void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
                       bool* unpollable) {
+  if (smallNext_ < w_->small.size()) *unpollable = true;
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
@@ -506,7 +528,9 @@ Status execute(std::vector<Work*>& work) {
   }
   auto lastProgress = Clock::now();
   auto lastCheck = lastProgress;
-  uint64_t idleIters = 0;
+  bool oversubscribed = false;
+  for (Work* w : work) oversubscribed = oversubscribed || w->comm->oversubscribed();
+  Backoff backoff(oversubscribed);
   bool progress = true;
   std::vector<pollfd> fds;
   std::vector<std::pair<PeerRun*, int>> owners;
@@ -542,10 +566,9 @@ Status execute(std::vector<Work*>& work) {
     auto now = Clock::now();
     if (progress) {
       lastProgress = now;
-      idleIters = 0;
+      backoff.progress();
       continue;
     }
-    ++idleIters;
     if (now - lastCheck > std::chrono::milliseconds(100)) {
       lastCheck = now;
       for (size_t i = 0; i < runs.size(); ++i) {
@@ -557,13 +580,7 @@ Status execute(std::vector<Work*>& work) {
     if (!unpollable) continue;  // the next poll() sleeps until a socket is ready
     // Shared memory: spin briefly, then yield the core, then nap, so ranks
     // that outnumber cores still progress.
-    if (idleIters < 64) continue;
-    auto idleFor = now - lastProgress;
-    if (idleFor < std::chrono::milliseconds(5)) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    backoff.idle();
   }
 }
 

@@ -1,6 +1,6 @@
 // The executor: runs schedules over the transports and the CPU backend.
 //
-// Contract: execute() drives every schedule of every communicator in `work`
+// Contract: execute() drives every schedule (and one-shot operation) of every communicator in `work`
 // to completion on the calling thread (a group over several communicators of
 // one process progresses them together, so ranks driven by one thread cannot
 // deadlock each other). It returns when all are done, or with the first
@@ -23,6 +23,9 @@ struct Work {
   std::vector<algo::Schedule> schedules;
   std::vector<std::array<uint8_t*, 3>> buffers;  // per schedule: send, recv, scratch
   std::vector<std::string> descriptions;         // for errors and logs
+  // Small collectives on the one-shot path (comm->oneShot()), in call order;
+  // progressed alongside the schedules.
+  std::vector<OneShotOp> small;
 };
 
 Status execute(std::vector<Work*>& work);

@@ -281,12 +281,17 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
   }
 }
 
-class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+// How the ranks talk: shared memory with the one-shot arena for small
+// messages (the default), shared memory with rings only, or TCP.
+enum class Path { kShm, kShmRingOnly, kTcp };
+
+class Collectives : public ::testing::TestWithParam<std::tuple<int, Path>> {};
 
 TEST_P(Collectives, SampledMatrix) {
   const int n = std::get<0>(GetParam());
-  const bool tcp = std::get<1>(GetParam());
-  setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
+  const Path path = std::get<1>(GetParam());
+  setenv("NCCL_SHM_DISABLE", path == Path::kTcp ? "1" : "0", 1);
+  setenv("TUTTI_ONESHOT_MAX", path == Path::kShmRingOnly ? "0" : "32K", 1);
   setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
   setenv("NCCL_BUFFSIZE", "65536", 1);    // small rings: exercise back-pressure
   auto cases = makeCases(n, false);
@@ -297,14 +302,18 @@ TEST_P(Collectives, SampledMatrix) {
     }
   });
   unsetenv("NCCL_SHM_DISABLE");
+  unsetenv("TUTTI_ONESHOT_MAX");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 16),
-                                            ::testing::Values(false)));
+                                            ::testing::Values(Path::kShm)));
+INSTANTIATE_TEST_SUITE_P(ShmRingOnly, Collectives,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
+                                            ::testing::Values(Path::kShmRingOnly)));
 INSTANTIATE_TEST_SUITE_P(Tcp, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
-                                            ::testing::Values(true)));
+                                            ::testing::Values(Path::kTcp)));
 
 }  // namespace
 }  // namespace tutti::test

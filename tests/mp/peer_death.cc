@@ -1,7 +1,11 @@
 // A peer that dies mid-collective (SIGKILL): every surviving rank returns an
 // error naming the dead rank within the configured time, and nothing hangs.
 // Real processes; run once over shared memory and once over TCP.
-//   peer_death <nranks> <victim>   exit 0 when every survivor behaved.
+//   peer_death <nranks> <victim> [count]   exit 0 when every survivor behaved.
+// count (float elements, default 32 MiB worth) chooses the path: a large one
+// makes the victim die while data is in flight on the rings; a small one
+// (the one-shot arena) makes it die before it contributes, while the
+// survivors wait for it in the arena.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +22,8 @@
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 3;
   const int victim = argc > 2 ? atoi(argv[2]) : n - 1;
+  const size_t count = argc > 3 ? strtoull(argv[3], nullptr, 10) : size_t{8} << 20;
+  const bool small = count < 4096;
   setenv("TUTTI_TIMEOUT", "30", 0);  // upper bound; death must be seen much sooner
   int pipes[2], ready[2];
   if (pipe(pipes) != 0 || pipe(ready) != 0) return 2;
@@ -36,13 +42,14 @@ int main(int argc, char** argv) {
       if (read(idp[0], &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) _exit(3);
       ncclComm_t comm;
       if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) _exit(3);
-      const size_t count = 8 << 20;  // 32 MiB: the victim dies while data is in flight
       std::vector<float> buf(count, 1.0f);
       for (int it = 0;; ++it) {
         if (r == victim && it == 2) {
           // Tell the harness to kill us 20 ms into the next collective.
           char c = 'k';
           if (write(ready[1], &c, 1) != 1) _exit(5);
+          if (small)
+            for (;;) pause();  // the survivors wait for this rank in the arena
         }
         auto t0 = std::chrono::steady_clock::now();
         ncclResult_t rc =

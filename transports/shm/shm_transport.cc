@@ -1,7 +1,6 @@
 #include "transports/shm/shm_transport.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 
 #include "core/log.h"
 #include "transports/handshake_util.h"
+#include "transports/shm/shm_arena.h"
 
 namespace tutti::transport::shm {
 namespace {
@@ -261,25 +261,6 @@ const void* ShmConnection::peek(size_t* avail) {
 
 void ShmConnection::consume(size_t bytes) { recv_.consume(bytes); }
 
-namespace {
-
-// True when `pid` no longer runs: gone, or a zombie its parent has not reaped
-// yet (a launcher that reaps late must not hide a dead rank).
-bool processDead(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  FILE* f = fopen(path, "r");
-  if (!f) return false;  // no procfs: rely on kill() alone
-  char buf[512];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char* paren = strrchr(buf, ')');  // the command name may contain spaces
-  return paren && (paren[1] == ' ') && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
-}  // namespace
 
 Status ShmConnection::checkAlive() {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();

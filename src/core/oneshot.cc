@@ -1,0 +1,291 @@
+#include "core/oneshot.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "core/backoff.h"
+#include "core/comm.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace tutti::core {
+namespace {
+
+using algo::Collective;
+using transport::shm::ArenaSegment;
+using Clock = std::chrono::steady_clock;
+
+// Which ranks' data `rank` reads for `op` (publication is enough for the rest).
+bool needs(const OneShotOp& op, int rank, int q) {
+  switch (op.coll) {
+    case Collective::kBroadcast:
+      return rank != op.root && q == op.root;
+    case Collective::kReduce:
+      return rank == op.root;
+    default:
+      return true;
+  }
+}
+
+// coll | dt << 8 | op << 16 | root << 24 | count << 40 (count < 2^24: slots
+// are at most 1 MiB).
+uint64_t signatureOf(const OneShotOp& op) {
+  return static_cast<uint64_t>(op.coll) | static_cast<uint64_t>(op.spec.dt) << 8 |
+         static_cast<uint64_t>(op.redop & 0xff) << 16 |
+         static_cast<uint64_t>(op.root & 0xffff) << 24 | static_cast<uint64_t>(op.count) << 40;
+}
+
+std::string describeSignature(uint64_t sig) {
+  auto coll = static_cast<Collective>(sig & 0xff);
+  auto dt = static_cast<DataType>((sig >> 8) & 0xff);
+  std::string s = fmt::format("{} of {} x {}", algo::collectiveName(coll), sig >> 40,
+                              dataTypeName(dt));
+  if (coll == Collective::kAllReduce || coll == Collective::kReduce ||
+      coll == Collective::kReduceScatter)
+    s += fmt::format(" op {}", (sig >> 16) & 0xff);
+  if (coll == Collective::kBroadcast || coll == Collective::kReduce)
+    s += fmt::format(" root {}", (sig >> 24) & 0xffff);
+  return s;
+}
+
+}  // namespace
+
+size_t OneShot::slotBytesFor(Collective coll, size_t count, size_t elemSize, int nranks) {
+  switch (coll) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kAllGather:
+      return count * elemSize;
+    case Collective::kReduceScatter:
+      return count * elemSize * static_cast<size_t>(nranks);
+    default:
+      return 0;
+  }
+}
+
+Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm) {
+  const int rank = comm->rank(), nranks = comm->nranks();
+  if (nranks < 2) return std::unique_ptr<OneShot>();
+  bool oneHost = true;
+  for (int r = 0; r < nranks; ++r) oneHost = oneHost && comm->sameHost(r);
+  if (!oneHost) return std::unique_ptr<OneShot>();  // every rank sees the same hosts
+  // Settings may differ between processes: agree on the smallest.
+  int64_t want = params::getInt("TUTTI_ONESHOT_MAX", 32 << 10);
+  if (params::getBool("NCCL_SHM_DISABLE", false)) want = 0;
+  want = std::clamp<int64_t>(want, 0, 1 << 20);
+  std::vector<int64_t> wants(nranks);
+  wants[rank] = want;
+  TUTTI_RETURN_IF_ERROR(comm->bootstrap().allGather(wants.data(), sizeof(int64_t)));
+  const int64_t agreed = *std::min_element(wants.begin(), wants.end());
+  if (agreed <= 0) return std::unique_ptr<OneShot>();
+  const size_t slotBytes = static_cast<size_t>(agreed);
+
+  // Rank 0 creates the segment and publishes its name; the others attach;
+  // everyone reports; rank 0 unlinks the name. Any failure: nobody uses it.
+  struct Record {
+    int32_t ok;
+    char name[124];
+  };
+  static_assert(sizeof(Record) == 128 && std::is_trivially_copyable_v<Record>);
+  std::vector<Record> recs(nranks);
+  std::unique_ptr<ArenaSegment> seg;
+  std::string name;
+  if (rank == 0) {
+    name = ArenaSegment::makeName(comm->commHash());
+    auto s = ArenaSegment::create(name, rank, nranks, slotBytes);
+    if (s) {
+      seg = std::move(s.value());
+      recs[0].ok = 1;
+      snprintf(recs[0].name, sizeof(recs[0].name), "%s", name.c_str());
+    } else {
+      TUTTI_INFO(log::kShm, "one-shot arena not used: {}", s.status().message());
+    }
+  }
+  Status st = comm->bootstrap().allGather(recs.data(), sizeof(Record));
+  if (!st) {
+    if (rank == 0 && seg) ArenaSegment::unlinkName(name);
+    return st;
+  }
+  if (rank != 0 && recs[0].ok) {
+    recs[0].name[sizeof(recs[0].name) - 1] = 0;
+    auto s = ArenaSegment::attach(recs[0].name, rank, nranks, slotBytes);
+    if (s) {
+      seg = std::move(s.value());
+      recs[rank].ok = 1;
+    } else {
+      TUTTI_INFO(log::kShm, "one-shot arena not used: {}", s.status().message());
+    }
+  }
+  st = comm->bootstrap().allGather(recs.data(), sizeof(Record));
+  if (rank == 0 && seg) ArenaSegment::unlinkName(name);
+  TUTTI_RETURN_IF_ERROR(st);
+  for (const Record& r : recs)
+    if (!r.ok) return std::unique_ptr<OneShot>();
+  TUTTI_INFO(log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank", nranks, slotBytes);
+  return std::unique_ptr<OneShot>(new OneShot(comm, std::move(seg), slotBytes));
+}
+
+OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes)
+    : comm_(comm),
+      seg_(std::move(seg)),
+      rank_(comm->rank()),
+      nranks_(comm->nranks()),
+      maxBytes_(maxBytes),
+      seen_(comm->nranks(), 0),
+      srcs_(comm->nranks(), nullptr),
+      oversubscribed_(comm->nranks() > usableCpus()) {}
+
+bool OneShot::published(int q, uint64_t seq) {
+  if (seen_[q] >= seq) return true;
+  uint64_t v = seg_->seq(q, static_cast<int>(seq & 1)).load(std::memory_order_acquire);
+  if (v > seen_[q]) seen_[q] = v;
+  return v >= seq;
+}
+
+Status OneShot::progress(OneShotOp& op, bool* moved) {
+  if (op.done) return Status::ok();
+  const size_t es = op.elemSize;
+  if (op.seq == 0) {
+    const uint64_t c = nextSeq_;
+    if (c > 1)
+      for (int q = 0; q < nranks_; ++q)
+        if (!published(q, c - 1)) return Status::ok();
+    const int parity = static_cast<int>(c & 1);
+    const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
+    if (op.coll != Collective::kBroadcast || rank_ == op.root) {
+      uint8_t* dst = seg_->payload(rank_, parity);
+      if (op.spec.op == RedOp::kPreMulSum)
+        cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
+      else
+        memcpy(dst, op.send, bytes);
+    }
+    seg_->signature(rank_, parity) = signatureOf(op);
+    seg_->seq(rank_, parity).store(c, std::memory_order_release);
+    seen_[rank_] = c;
+    op.seq = c;
+    ++nextSeq_;
+    *moved = true;
+  }
+  for (int q = 0; q < nranks_; ++q)
+    if (needs(op, rank_, q) && !published(q, op.seq)) return Status::ok();
+  for (int q = 0; q < nranks_; ++q)
+    if (needs(op, rank_, q)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
+  complete(op);
+  op.done = true;
+  *moved = true;
+  return Status::ok();
+}
+
+Status OneShot::checkSignature(const OneShotOp& op, int q) {
+  const uint64_t theirs = seg_->signature(q, static_cast<int>(op.seq & 1));
+  const uint64_t mine = signatureOf(op);
+  if (theirs == mine) return Status::ok();
+  return invalidUsage(fmt::format(
+      "collective mismatch at one-shot operation {}: {} called {} but rank {} called {}: the "
+      "ranks called collectives in a different order or with different counts, datatypes, ops "
+      "or roots",
+      op.seq, comm_->describePeer(q), describeSignature(theirs), rank_, describeSignature(mine)));
+}
+
+void OneShot::complete(OneShotOp& op) {
+  const int parity = static_cast<int>(op.seq & 1);
+  const size_t n = op.count, es = op.elemSize;
+  const RedOp red = op.spec.op == RedOp::kPreMulSum ? RedOp::kSum : op.spec.op;
+  switch (op.coll) {
+    case Collective::kAllReduce:
+    case Collective::kReduce:
+    case Collective::kReduceScatter: {
+      if (op.coll == Collective::kReduce && rank_ != op.root) return;
+      const size_t off = op.coll == Collective::kReduceScatter ? rank_ * n * es : 0;
+      for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, parity) + off;
+      cpu::reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
+      if (op.spec.divisor > 0) cpu::divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
+      return;
+    }
+    case Collective::kAllGather:
+      for (int q = 0; q < nranks_; ++q) memcpy(op.recv + q * n * es, seg_->payload(q, parity), n * es);
+      return;
+    case Collective::kBroadcast: {
+      const uint8_t* src = rank_ == op.root ? op.send : seg_->payload(op.root, parity);
+      if (op.recv != src) memmove(op.recv, src, n * es);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
+  if (comm_->aborted()) return invalidUsage("communicator aborted");
+  // Whom this rank waits for: everyone's previous operation before posting,
+  // then the ranks whose data it needs.
+  const uint64_t seq = op.seq ? op.seq : nextSeq_ - 1;
+  std::vector<int> waiting;
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_ || (op.seq && !needs(op, rank_, q))) continue;
+    if (!published(q, seq)) waiting.push_back(q);
+  }
+  const char* what = algo::collectiveName(op.coll);
+  for (int q : waiting) {
+    uint32_t state = seg_->state(q);
+    if (state == ArenaSegment::kFailed) {
+      return comm_->explainPeerFailure(
+          q, remoteError(fmt::format("{} failed while this rank waited for it in {} (one-shot "
+                                     "path, operation {})",
+                                     comm_->describePeer(q), what, seq)));
+    }
+    if (state == ArenaSegment::kClosed) {
+      return invalidUsage(fmt::format(
+          "{} destroyed its communicator while this rank waited for it in {} (one-shot path, "
+          "operation {}): the ranks called collectives in a different order or number",
+          comm_->describePeer(q), what, seq));
+    }
+    if (transport::shm::processDead(static_cast<pid_t>(comm_->peer(q).pid))) {
+      return remoteError(fmt::format("{} is gone: its process no longer exists (seen from rank {} "
+                                     "waiting in {}, one-shot path)",
+                                     comm_->describePeer(q), rank_, what));
+    }
+  }
+  double secs = std::chrono::duration<double>(idle).count();
+  if (waiting.empty() || secs < comm_->timeoutSec()) return Status::ok();
+  std::string names;
+  for (int q : waiting) names += (names.empty() ? "" : ", ") + comm_->describePeer(q);
+  return remoteError(fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) in {} (one-shot path, "
+                                 "operation {}) waiting on {}",
+                                 secs, what, seq, names));
+}
+
+Status OneShot::run(OneShotOp& op) {
+  Backoff backoff(oversubscribed_);
+  auto nextCheck = Clock::duration(std::chrono::milliseconds(100));
+  for (;;) {
+    bool moved = false;
+    Status st = progress(op, &moved);
+    if (st && op.done) return st;
+    if (st && moved) {
+      backoff.progress();
+      nextCheck = std::chrono::milliseconds(100);
+      continue;
+    }
+    if (st) {
+      backoff.idle();
+      if (comm_->aborted()) st = invalidUsage("communicator aborted");
+      if (st && backoff.pastSpin() && (backoff.idleIters() & 15) == 0) {
+        auto idle = backoff.idleFor();
+        if (idle >= nextCheck) {
+          nextCheck = idle + std::chrono::milliseconds(100);
+          st = check(op, idle);
+        }
+      }
+    }
+    if (!st) {
+      comm_->setError(st);
+      comm_->noticeFailure(st);
+      return st;
+    }
+  }
+}
+
+}  // namespace tutti::core

@@ -1,0 +1,108 @@
+// One-shot collectives for small messages on one host, through the node arena
+// (transports/shm/shm_arena.h): the latency path.
+//
+// Protocol. Operations on the arena are numbered 1, 2, ... per communicator;
+// every rank runs the same ones in the same order (the choice depends only on
+// the call's collective, count and datatype, which all ranks share). For
+// operation c, rank r:
+//   1. waits until every rank has published c-1 (so nobody still reads the
+//      slot of parity c that r is about to overwrite: a rank publishes c-1
+//      only after it finished c-2);
+//   2. writes its contribution (if the collective has one from r) into its
+//      slot of parity c&1 and publishes c there (release);
+//   3. waits for the ranks whose data it needs to publish c, then reads their
+//      slots directly: all-reduce, all-gather and reduce-scatter read every
+//      slot, broadcast the root's, reduce (root only) every slot.
+// Each slot also carries the operation's signature (collective, datatype,
+// op, root, count); a rank that reads a slot whose signature differs from its
+// own call reports the mismatch instead of computing garbage.
+// Reductions combine the slots in rank order with one rounding (cpu::reduceN),
+// so every rank's all-reduce result is bit-identical. PreMulSum (and float
+// average) scales each contribution as it is written; integer average divides
+// the final sum.
+//
+// Waiting: progress() never blocks; the caller spins, yields or naps
+// (core/backoff.h) and calls check() now and then, which reports a peer whose
+// process died, that closed its communicator or failed, an abort, or no
+// progress for the communicator's timeout. run() is the blocking loop used by
+// a call made outside a group; inside a group the executor drives progress().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algo/schedule.h"
+#include "core/status.h"
+#include "transports/shm/shm_arena.h"
+
+namespace tutti::core {
+
+class Comm;
+
+struct OneShotOp {
+  algo::Collective coll = algo::Collective::kAllReduce;
+  const uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  size_t count = 0;  // NCCL's count argument
+  size_t elemSize = 0;
+  algo::ReduceSpec spec;
+  int root = 0;
+  int redop = 0;  // ncclRedOp_t as called (checked across ranks with the rest)
+  // Progress state.
+  uint64_t seq = 0;  // 0 until posted
+  bool done = false;
+};
+
+class OneShot {
+ public:
+  // Collective over the communicator's bootstrap (every rank calls it at
+  // init). Returns nullptr when the arena is not used: ranks on several
+  // hosts, shared memory disabled, TUTTI_ONESHOT_MAX=0 on any rank, or a rank
+  // that could not map the segment (logged at INFO; never an error).
+  static Result<std::unique_ptr<OneShot>> create(Comm* comm);
+
+  // Bytes of this rank's slot the operation needs (0: not an arena collective).
+  static size_t slotBytesFor(algo::Collective coll, size_t count, size_t elemSize, int nranks);
+  bool eligible(algo::Collective coll, size_t count, size_t elemSize) const {
+    size_t b = slotBytesFor(coll, count, elemSize, nranks_);
+    return b > 0 && b <= maxBytes_;
+  }
+  size_t maxBytes() const { return maxBytes_; }
+
+  // Advances `op` as far as it can without waiting; sets *moved when anything
+  // happened. Operations must be progressed to completion in order.
+  Status progress(OneShotOp& op, bool* moved);
+  // Ok while waiting is still reasonable (see the header comment).
+  Status check(const OneShotOp& op, std::chrono::steady_clock::duration idle);
+  // Blocks until `op` is done or failed.
+  Status run(OneShotOp& op);
+
+  // This rank failed: peers waiting on it stop with an error.
+  void markFailed() { seg_->markFailed(); }
+
+  OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes);
+  // A peer's arena state is failed or closed (the executor asks this of the
+  // peers it waits on, so a rank that failed on the one-shot path does not
+  // leave a peer in a schedule waiting for its timeout).
+  bool peerGone(int rank) const { return seg_->state(rank) != transport::shm::ArenaSegment::kOpen; }
+
+ private:
+  bool published(int rank, uint64_t seq);
+  Status checkSignature(const OneShotOp& op, int q);
+  void complete(OneShotOp& op);
+
+  Comm* comm_;
+  std::unique_ptr<transport::shm::ArenaSegment> seg_;
+  int rank_, nranks_;
+  size_t maxBytes_;
+  uint64_t nextSeq_ = 1;
+  std::vector<uint64_t> seen_;  // highest sequence number seen per rank
+  std::vector<const void*> srcs_;
+  bool oversubscribed_;
+};
+
+}  // namespace tutti::core

@@ -1,0 +1,88 @@
+// The node arena: one shared-memory segment per communicator whose ranks all
+// share a host, through which small collectives run in one shot (every rank
+// writes its contribution once and reads everyone else's directly).
+//
+// Contract
+// - Rank 0 create()s the segment under a fresh name ("/tutti-<hash>-arena-
+//   <random>", O_EXCL, mode 0600, pages reserved with posix_fallocate), the
+//   others attach() by name, and rank 0 unlinks the name once all have
+//   attached, so no name outlives initialisation.
+// - Layout: a header, one state word per rank, then per rank two slots (one
+//   per parity of the operation sequence number). A slot is a 64-bit sequence
+//   word and a 64-bit signature followed, in the same cache line, by
+//   `slotBytes` of payload, so a small message and its flag travel together.
+//   Slots are kLine-aligned.
+// - Rank r writes only its own slots and its own state word; everyone reads
+//   everything. A writer fills the payload, then publishes with a release
+//   store of the sequence word; readers acquire it before reading payload.
+//   Which operation may overwrite a slot is the caller's protocol (see
+//   core/oneshot.h).
+// - An ArenaSegment owns its mapping. Destroying it marks this rank kClosed;
+//   markFailed() marks it kFailed. Neither ever blocks.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "transports/shm/shm_ring.h"
+
+namespace tutti::transport::shm {
+
+// True when `pid` no longer runs: gone, or a zombie its parent has not reaped
+// yet (a launcher that reaps late must not hide a dead rank).
+bool processDead(pid_t pid);
+
+class ArenaSegment {
+ public:
+  enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
+
+  static Result<std::unique_ptr<ArenaSegment>> create(const std::string& name, int rank,
+                                                      int nranks, size_t slotBytes);
+  static Result<std::unique_ptr<ArenaSegment>> attach(const std::string& name, int rank,
+                                                      int nranks, size_t slotBytes);
+  ~ArenaSegment();
+  ArenaSegment(const ArenaSegment&) = delete;
+  ArenaSegment& operator=(const ArenaSegment&) = delete;
+
+  // A fresh name for create(); unlinkName() removes it (idempotent).
+  static std::string makeName(uint64_t commHash);
+  static void unlinkName(const std::string& name);
+  // Total bytes of a segment for nranks and slotBytes (page-rounded).
+  static size_t segmentBytes(int nranks, size_t slotBytes);
+
+  std::atomic<uint64_t>& seq(int rank, int parity) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(slot(rank, parity));
+  }
+  // What the operation in the slot is (the caller's encoding), written
+  // before the sequence word is published.
+  uint64_t& signature(int rank, int parity) {
+    return *reinterpret_cast<uint64_t*>(slot(rank, parity) + 8);
+  }
+  uint8_t* payload(int rank, int parity) { return slot(rank, parity) + kSlotHeader; }
+  size_t slotBytes() const { return slotBytes_; }
+
+  uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
+  void markFailed() { states_[rank_].store(kFailed, std::memory_order_release); }
+
+ private:
+  static constexpr size_t kSlotHeader = 16;  // sequence word + signature
+  ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_t slotBytes);
+  uint8_t* slot(int rank, int parity) {
+    return slots_ + (static_cast<size_t>(rank) * 2 + parity) * stride_;
+  }
+
+  void* base_;
+  size_t bytes_;
+  int rank_;
+  size_t slotBytes_, stride_;
+  std::atomic<uint32_t>* states_;
+  uint8_t* slots_;
+};
+
+}  // namespace tutti::transport::shm
