@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Side-by-side all-reduce comparison on this machine: tutti (shared memory and
 # TCP), Open MPI (shared memory and TCP on loopback) and Gloo (torch 1.13, TCP
-# on loopback), interleaved, several repetitions, medians; one table with the
-# ratios and a log-log PNG of bus bandwidth against size.
-#   bench/compare/run.sh [--np N] [--max BYTES] [--factor F] [--reps R] [--seconds S] [--out DIR]
+# on loopback), interleaved, several repetitions, medians; one table per rank
+# count with the ratios, the machine's physical limits (single-core memcpy,
+# loopback TCP one stream and both directions, bench/compare/limits.c) with the
+# fraction of them reached, and a log-log PNG of bus bandwidth against size.
+#   bench/compare/run.sh [--np N[,N...]] [--max BYTES] [--factor F] [--reps R]
+#                        [--seconds S] [--limit-seconds S] [--no-setup] [--out DIR]
 # Installs what it needs with apt (Open MPI, python3-torch, matplotlib).
 # Open MPI runs as root on loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-NP=2 MAXB=$((64 << 20)) FACTOR=4 REPS=3 SECONDS_PER_SIZE=0.2 OUT=build/compare
+NP=2 MAXB=$((64 << 20)) FACTOR=4 REPS=3 SECONDS_PER_SIZE=0.2 LIMIT_SECONDS=1 SETUP=1
+OUT=build/compare
 while (($#)); do
   case $1 in
     --np) NP=$2; shift 2 ;;
@@ -16,9 +20,15 @@ while (($#)); do
     --factor) FACTOR=$2; shift 2 ;;
     --reps) REPS=$2; shift 2 ;;
     --seconds) SECONDS_PER_SIZE=$2; shift 2 ;;
+    --limit-seconds) LIMIT_SECONDS=$2; shift 2 ;;
+    --no-setup) SETUP=0; shift ;;
     --out) OUT=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
+done
+IFS=, read -r -a NPS <<< "$NP"
+for n in "${NPS[@]}"; do
+  [[ $n =~ ^[0-9]+$ ]] && ((n >= 2)) || { echo "--np: rank counts >= 2, comma-separated" >&2; exit 2; }
 done
 MINB=8
 
@@ -31,35 +41,47 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-bash scripts/setup.sh > /dev/null
+if ((SETUP)); then bash scripts/setup.sh > /dev/null; fi
+PERF=build/bench/tutti_perf/tutti-perf
+[ -x "$PERF" ] || { echo "$PERF missing: run scripts/setup.sh" >&2; exit 1; }
 mkdir -p "$OUT"
 mpicc -O2 -o "$OUT/mpi_allreduce" bench/compare/mpi_allreduce.c
-PERF=build/bench/tutti_perf/tutti-perf
+cc -O2 -pthread -o "$OUT/limits" bench/compare/limits.c
 PY=/usr/bin/python3  # Debian's interpreter: the one python3-torch belongs to
-CSV="$OUT/results.csv"
+CSV="$OUT/results.csv" LIMITS="$OUT/limits.csv"
 echo "rep,impl,transport,np,bytes,time_us,busbw_gbs" > "$CSV"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$NP" --bind-to none
-        --mca oob_tcp_if_include lo)
+echo "rep,limit,gbs" > "$LIMITS"
+: > "$OUT/limits.log"  # details: each run's spread, each direction, socket buffers
 
-tutti_run() {  # transport shm|tcp
+tutti_run() {  # transport shm|tcp, ranks
   local disable=0; [[ $1 == tcp ]] && disable=1
-  NCCL_SHM_DISABLE=$disable "$PERF" all_reduce -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 20 -w 3 \
-    -c 0 --np "$NP" | awk -v t="$1" -v np="$NP" \
+  NCCL_SHM_DISABLE=$disable "$PERF" all_reduce -b "$MINB" -e "$MAXB" -f "$FACTOR" -n 100 -w 10 \
+    -c 0 --np "$2" | awk -v t="$1" -v np="$2" \
     '$1 ~ /^[0-9]+$/ && NF >= 12 && $6 > 0 {
        busbw = $1 / ($6 * 1e-6) * 2 * (np - 1) / np / 1e9  # tutti-perf prints 2 decimals only
        printf "tutti,%s,%s,%s,%s,%.6f\n", t, np, $1, $6, busbw }'
 }
 for rep in $(seq 1 "$REPS"); do
-  echo "# repetition $rep of $REPS" >&2
+  echo "# repetition $rep of $REPS: limits" >&2
   {
-    tutti_run shm
-    "${MPIRUN[@]}" --mca btl self,vader "$OUT/mpi_allreduce" shm "$MINB" "$MAXB" "$FACTOR" \
-      "$SECONDS_PER_SIZE"
-    tutti_run tcp
-    "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo "$OUT/mpi_allreduce" tcp \
-      "$MINB" "$MAXB" "$FACTOR" "$SECONDS_PER_SIZE"
-    "$PY" bench/compare/gloo_allreduce.py "$NP" "$MINB" "$MAXB" "$FACTOR" "$SECONDS_PER_SIZE" \
-      $((29000 + RANDOM % 1000))
-  } | sed "s/^/$rep,/" >> "$CSV"
+    "$OUT/limits" memcpy
+    "$OUT/limits" tcp-one "$LIMIT_SECONDS" 0  # 0: kernel autotuning (as tutti uses)
+    "$OUT/limits" tcp-bidir "$LIMIT_SECONDS" 0
+  } 2>> "$OUT/limits.log" | sed "s/^/$rep,/" >> "$LIMITS"
+  for np in "${NPS[@]}"; do
+    echo "# repetition $rep of $REPS: $np ranks" >&2
+    MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$np" --bind-to none
+            --mca oob_tcp_if_include lo)
+    {
+      tutti_run shm "$np"
+      "${MPIRUN[@]}" --mca btl self,vader "$OUT/mpi_allreduce" shm "$MINB" "$MAXB" "$FACTOR" \
+        "$SECONDS_PER_SIZE"
+      tutti_run tcp "$np"
+      "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo "$OUT/mpi_allreduce" tcp \
+        "$MINB" "$MAXB" "$FACTOR" "$SECONDS_PER_SIZE"
+      "$PY" bench/compare/gloo_allreduce.py "$np" "$MINB" "$MAXB" "$FACTOR" "$SECONDS_PER_SIZE" \
+        $((29000 + RANDOM % 1000))
+    } | sed "s/^/$rep,/" >> "$CSV"
+  done
 done
-"$PY" bench/compare/summarize.py "$CSV" "$OUT/allreduce_busbw.png" | tee "$OUT/summary.txt"
+"$PY" bench/compare/summarize.py "$CSV" "$OUT/allreduce_busbw.png" "$LIMITS" | tee "$OUT/summary.txt"

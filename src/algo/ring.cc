@@ -9,47 +9,10 @@
 #include <algorithm>
 
 #include "algo/schedule.h"
+#include "algo/schedule_util.h"
 
 namespace tutti::algo {
 namespace {
-
-constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseReduce = 3, kPhaseDirect = 4;
-
-uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) { return (phase << 56) | (x << 32) | j; }
-
-int mod(int a, int n) { return ((a % n) + n) % n; }
-
-struct Slice {
-  size_t off;  // bytes, relative to the segment
-  size_t bytes;
-};
-
-// Splits `bytes` into slices of at most `chunk` bytes, on element boundaries.
-std::vector<Slice> slices(size_t bytes, size_t elemSize, size_t chunk) {
-  std::vector<Slice> out;
-  size_t step = std::max(elemSize, chunk / elemSize * elemSize);
-  for (size_t off = 0; off < bytes; off += step) out.push_back({off, std::min(step, bytes - off)});
-  return out;
-}
-
-// Near-equal split of `count` elements into n segments: (offset, length) in elements.
-std::pair<size_t, size_t> segment(size_t count, int n, int x) {
-  size_t base = count / n, extra = count % n;
-  size_t len = base + (static_cast<size_t>(x) < extra ? 1 : 0);
-  size_t start = static_cast<size_t>(x) * base + std::min<size_t>(x, extra);
-  return {start, len};
-}
-
-int32_t addRecv(Schedule* s, RecvStep r) {
-  s->recvs.push_back(r);
-  return static_cast<int32_t>(s->recvs.size() - 1);
-}
-
-void addPeers(Schedule* s, std::initializer_list<int> peers, int self) {
-  for (int p : peers)
-    if (p != self && std::find(s->peers.begin(), s->peers.end(), p) == s->peers.end())
-      s->peers.push_back(p);
-}
 
 // Local step that turns a rank's own input into what it contributes:
 // a scaled copy for premulsum, else nothing (send straight from the input).
@@ -285,6 +248,12 @@ Schedule makeSchedule(const CollArgs& a) {
   }
   switch (a.coll) {
     case Collective::kAllReduce:
+      if (a.algo == CollArgs::Algo::kRecursiveDoubling ||
+          (a.algo == CollArgs::Algo::kAuto && bytes <= a.rdMaxBytes)) {
+        recursiveDoublingAllReduce(&s, a);
+        s.algorithm = "recursive-doubling";
+        break;
+      }
       ringReduce(&s, a, true);
       s.algorithm = "ring";
       break;

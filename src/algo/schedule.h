@@ -10,6 +10,7 @@
 //
 // Hazard rules the generators guarantee (the executor relies on them):
 // - a send reads its source only after the receive it waits on (if any);
+// - a receive whose `local` another receive produces names it in `after`;
 // - a receive writes a location no pending send of this rank still reads,
 //   except where causality makes that impossible (ring: a region's final value
 //   can only return after this rank's partial for it has left).
@@ -65,6 +66,10 @@ struct RecvStep {
   Ref dst;
   Ref local;              // kReduce: dst = incoming (op) local
   bool finalize = false;  // apply ReduceSpec::divisor to dst afterwards
+  // Index into recvs of a receive that must complete before this one is
+  // processed (its dst is this one's `local`); -1: none. It must come from a
+  // different peer, so a message held back for it never blocks it.
+  int32_t after = -1;
 };
 
 enum class Collective : uint8_t {
@@ -101,9 +106,14 @@ struct CollArgs {
   int root = 0;
   bool inPlace = false;  // the call's buffers alias the way NCCL's in-place does
   size_t chunkBytes = 512 << 10;
+  // All-reduce: recursive doubling up to this many bytes (latency: log2(n)
+  // steps of the whole buffer), ring above. `algo` forces one.
+  size_t rdMaxBytes = 0;
+  enum class Algo : uint8_t { kAuto, kRing, kRecursiveDoubling } algo = Algo::kAuto;
 };
 
-// Ring / chain / direct schedules (src/algo/ring.cc).
+// The schedule for one rank: ring / chain / direct (src/algo/ring.cc) or
+// recursive doubling (src/algo/recursive_doubling.cc), chosen by size.
 Schedule makeSchedule(const CollArgs& a);
 
 // Point-to-point: the messages of one ncclSend/ncclRecv (chunked).

@@ -309,6 +309,19 @@ const char* forcedAlgo() {
   return algo.c_str();
 }
 
+// NCCL_ALGO as far as this release has the algorithm ("ring"; "tree" means
+// the latency algorithm, recursive doubling), for all-reduce.
+algo::CollArgs::Algo forcedAllReduceAlgo() {
+  static const algo::CollArgs::Algo a = [] {
+    std::string v = forcedAlgo();
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (v == "ring") return algo::CollArgs::Algo::kRing;
+    if (v == "tree") return algo::CollArgs::Algo::kRecursiveDoubling;
+    return algo::CollArgs::Algo::kAuto;
+  }();
+  return a;
+}
+
 // Builds the work of one communicator for the operations of a group.
 Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core::Work* w) {
   w->comm = comm->impl.get();
@@ -363,11 +376,17 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.root = o->root;
     a.inPlace = inPlaceOf(*o, es);
     a.chunkBytes = chunk;
+    a.rdMaxBytes = comm->impl->rdMaxBytes();
+    bool forced = false;
+    if (o->coll == Collective::kAllReduce) {
+      a.algo = forcedAllReduceAlgo();
+      forced = a.algo != algo::CollArgs::Algo::kAuto;
+    }
     algo::Schedule s = algo::makeSchedule(a);
-    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}",
+    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
                algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks, s.algorithm,
-               forcedAlgo()[0] ? " (NCCL_ALGO=" : "",
-               forcedAlgo()[0] ? std::string(forcedAlgo()) + " not applicable)" : "");
+               forcedAlgo()[0] ? " (NCCL_ALGO=" : "", forcedAlgo(),
+               forcedAlgo()[0] ? (forced ? ")" : " not applicable)") : "");
     scratchOff.push_back(scratchTotal);
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));

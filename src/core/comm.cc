@@ -45,6 +45,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   chunk = std::clamp<int64_t>(chunk, 4 << 10, buff / 2);
   c->chunkBytes_ = static_cast<size_t>(chunk);
   c->timeoutSec_ = static_cast<double>(params::getInt("TUTTI_TIMEOUT", 300));
+  c->rdMaxBytes_ = static_cast<size_t>(
+      std::clamp<int64_t>(params::getInt("TUTTI_RD_MAX", 64 << 10), 0, int64_t{1} << 30));
 
   int64_t nch = params::getInt("TUTTI_NCHANNELS", 2);
   int64_t minCh = params::getInt("NCCL_MIN_NCHANNELS", 1);
@@ -68,8 +70,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
       TUTTI_INFO(log::kEnv, "NCCL_PROTO={} has no meaning on host transports; ignored", *proto);
     if (auto algo = params::get("NCCL_ALGO"))
       TUTTI_INFO(log::kEnv,
-                 "NCCL_ALGO={}: this release has one algorithm per collective (ring, chain or "
-                 "direct); the setting is accepted and logged",
+                 "NCCL_ALGO={}: all-reduce honours ring and tree (recursive doubling); other "
+                 "collectives have one algorithm each (ring, chain or direct)",
                  *algo);
   }
   TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));

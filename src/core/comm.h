@@ -102,6 +102,8 @@ class Comm {
   int asyncErrorCode() const { return asyncError_.load(); }
 
   size_t chunkBytes() const { return chunkBytes_; }
+  // All-reduce up to this size uses recursive doubling (TUTTI_RD_MAX).
+  size_t rdMaxBytes() const { return rdMaxBytes_; }
   size_t bufferBytes() const { return bufferBytes_; }
   double timeoutSec() const { return timeoutSec_; }
   // Testing: channel `throttledChannel_` may start a message at most every
@@ -137,7 +139,7 @@ class Comm {
   std::vector<uint64_t> pairSeq_;
   std::unique_ptr<uint8_t[]> scratch_;
   size_t scratchCap_ = 0;
-  size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20;
+  size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20, rdMaxBytes_ = 64 << 10;
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;
   std::mutex mu_;

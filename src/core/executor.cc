@@ -120,6 +120,8 @@ class Run {
   Comm* c_;
   std::vector<FlatRef> sends_, recvs_;
   std::vector<std::vector<uint32_t>> waiters_;  // per flat recv: flat sends
+  std::vector<uint8_t> recvDone_;               // per flat recv
+  std::vector<uint32_t> recvBase_;              // per schedule: its first flat recv
   std::unordered_map<Key, uint32_t, KeyHash> recvIndex_;
   std::vector<PeerRun> peers_;
   std::vector<int> slot_;  // rank -> index in peers_
@@ -196,10 +198,10 @@ Status Run::start() {
     }
   }
   waiters_.resize(recvs_.size());
-  std::vector<uint32_t> recvBase;
+  recvDone_.assign(recvs_.size(), 0);
   uint32_t base = 0;
   for (auto& s : w_->schedules) {
-    recvBase.push_back(base);
+    recvBase_.push_back(base);
     base += static_cast<uint32_t>(s.recvs.size());
   }
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
@@ -213,7 +215,7 @@ Status Run::start() {
       if (sd.waitRecv < 0)
         peers_[slot_[sd.peer]].ready.push_back(flat);
       else
-        waiters_[recvBase[i] + sd.waitRecv].push_back(flat);
+        waiters_[recvBase_[i] + sd.waitRecv].push_back(flat);
     }
   }
   sendsLeft_ = sends_.size();
@@ -248,11 +250,15 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     }
     const auto& sd = w_->schedules[sends_[o.send].inst].sends[sends_[o.send].idx];
     if (o.hdrSent < kHdr) {
-      auto n = chan.conn->trySend(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
-                                  kHdr - o.hdrSent);
+      // Header and payload together: one system call on sockets.
+      const uint8_t* src = addr(sends_[o.send].inst, sd.src);
+      auto n = chan.conn->trySend2(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
+                                   kHdr - o.hdrSent, src, sd.bytes);
       if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
-      o.hdrSent += *n;
+      size_t h = std::min(*n, kHdr - o.hdrSent);
+      o.hdrSent += h;
+      o.paySent += *n - h;
       if (o.hdrSent < kHdr) return Status::ok();
     }
     if (o.paySent < sd.bytes) {
@@ -281,6 +287,7 @@ Status Run::completeRecv(PeerRun& p, uint32_t flat) {
   }
   p.recvsLeft--;
   recvsLeft_--;
+  recvDone_[flat] = 1;
   for (uint32_t s : waiters_[flat]) {
     const auto& sd = w_->schedules[sends_[s].inst].sends[sends_[s].idx];
     peers_[slot_[sd.peer]].ready.push_back(s);
@@ -354,8 +361,12 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       }
       auto it = recvIndex_.find(Key{p.peer, rx.hdr.inst, rx.hdr.tag});
       if (it == recvIndex_.end()) return unexpected(p, rx.hdr, "unexpected message");
-      const auto& r = w_->schedules[recvs_[it->second].inst].recvs[recvs_[it->second].idx];
+      const uint32_t rinst = recvs_[it->second].inst;
+      const auto& r = w_->schedules[rinst].recvs[recvs_[it->second].idx];
       if (r.bytes != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
+      // Its `local` is still being produced by another receive: hold the
+      // message (the channel waits; that receive comes from another peer).
+      if (r.after >= 0 && !recvDone_[recvBase_[rinst] + r.after]) return Status::ok();
       in.recv = it->second;
       in.payGot = in.reduced = in.carryGot = 0;
       if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek() &&
@@ -473,9 +484,13 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       short ev = 0;
       const RecvState& rx = c_->channel(p.peer, ch).rx;
       bool parked = rx.haveHeader && rx.hdr.seq != p.seq;  // a later operation's message
-      if (p.recvsLeft && !p.closed[ch] && !parked) ev |= POLLIN;
+      // A message of this operation held back for a dependency: no poll
+      // (its bytes are ready), but retried every pass.
+      bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
+      if (p.recvsLeft && !p.closed[ch] && !parked && !held) ev |= POLLIN;
       if (p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty())) ev |= POLLOUT;
-      p.canRecv[ch] = p.canSend[ch] = 0;
+      p.canSend[ch] = 0;
+      p.canRecv[ch] = held ? 1 : 0;
       if (!ev) continue;
       fds->push_back({p.fd[ch], ev, 0});
       owners->emplace_back(&p, ch);

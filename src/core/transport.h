@@ -36,6 +36,16 @@ class Connection {
   virtual ~Connection() = default;
   virtual Result<size_t> trySend(const void* data, size_t bytes) = 0;
   virtual Result<size_t> tryRecv(void* data, size_t bytes) = 0;
+  // Sends a then b as one stream, in as few system calls as the transport
+  // can (a message header and its payload). Returns the bytes taken from the
+  // concatenation; never blocks.
+  virtual Result<size_t> trySend2(const void* a, size_t na, const void* b, size_t nb) {
+    auto n = trySend(a, na);
+    if (!n || *n < na || nb == 0) return n;
+    auto m = trySend(b, nb);
+    if (!m) return m;
+    return na + *m;
+  }
   // Read-side zero-copy (optional): a pointer to up to *avail contiguous bytes
   // already received, valid until consume(). Returns nullptr when nothing is
   // available or the transport does not support it.

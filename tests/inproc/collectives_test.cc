@@ -281,17 +281,22 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
   }
 }
 
-// How the ranks talk: shared memory with the one-shot arena for small
-// messages (the default), shared memory with rings only, or TCP.
-enum class Path { kShm, kShmRingOnly, kTcp };
+// How the ranks talk and which algorithms run: the defaults (one-shot arena
+// for small messages on shared memory, recursive doubling for small
+// all-reduce, rings above), or one algorithm forced for every size.
+enum class Path { kShm, kShmRingOnly, kShmRecursiveDoubling, kTcp, kTcpRingOnly };
 
 class Collectives : public ::testing::TestWithParam<std::tuple<int, Path>> {};
 
 TEST_P(Collectives, SampledMatrix) {
   const int n = std::get<0>(GetParam());
   const Path path = std::get<1>(GetParam());
-  setenv("NCCL_SHM_DISABLE", path == Path::kTcp ? "1" : "0", 1);
-  setenv("TUTTI_ONESHOT_MAX", path == Path::kShmRingOnly ? "0" : "32K", 1);
+  const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly;
+  const bool ringOnly = path == Path::kShmRingOnly || path == Path::kTcpRingOnly;
+  setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
+  setenv("TUTTI_ONESHOT_MAX", path == Path::kShm ? "32K" : "0", 1);
+  setenv("TUTTI_RD_MAX",
+         ringOnly ? "0" : path == Path::kShmRecursiveDoubling ? "1G" : "64K", 1);
   setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
   setenv("NCCL_BUFFSIZE", "65536", 1);    // small rings: exercise back-pressure
   auto cases = makeCases(n, false);
@@ -303,6 +308,7 @@ TEST_P(Collectives, SampledMatrix) {
   });
   unsetenv("NCCL_SHM_DISABLE");
   unsetenv("TUTTI_ONESHOT_MAX");
+  unsetenv("TUTTI_RD_MAX");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
@@ -311,9 +317,15 @@ INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
 INSTANTIATE_TEST_SUITE_P(ShmRingOnly, Collectives,
                          ::testing::Combine(::testing::Values(2, 3, 4, 5, 8),
                                             ::testing::Values(Path::kShmRingOnly)));
+INSTANTIATE_TEST_SUITE_P(ShmRecursiveDoubling, Collectives,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values(Path::kShmRecursiveDoubling)));
 INSTANTIATE_TEST_SUITE_P(Tcp, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
                                             ::testing::Values(Path::kTcp)));
+INSTANTIATE_TEST_SUITE_P(TcpRingOnly, Collectives,
+                         ::testing::Combine(::testing::Values(3, 5),
+                                            ::testing::Values(Path::kTcpRingOnly)));
 
 }  // namespace
 }  // namespace tutti::test

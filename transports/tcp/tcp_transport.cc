@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -292,6 +293,21 @@ Result<size_t> TcpConnection::trySend(const void* data, size_t bytes) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
     return ioError(errno, "send");
+  }
+}
+
+Result<size_t> TcpConnection::trySend2(const void* a, size_t na, const void* b, size_t nb) {
+  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
+  iovec iov[2] = {{const_cast<void*>(a), na}, {const_cast<void*>(b), nb}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = nb ? 2 : 1;
+  for (;;) {
+    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return ioError(errno, "sendmsg");
   }
 }
 

@@ -35,6 +35,7 @@ class TcpConnection final : public Connection {
 
   Result<size_t> trySend(const void* data, size_t bytes) override;
   Result<size_t> tryRecv(void* data, size_t bytes) override;
+  Result<size_t> trySend2(const void* a, size_t na, const void* b, size_t nb) override;
   int waitHint() const override { return fd_; }
   Status checkAlive() override;
   void abort() override;

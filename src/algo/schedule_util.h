@@ -1,0 +1,60 @@
+// Helpers shared by the schedule generators (internal to src/algo).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "algo/schedule.h"
+
+namespace tutti::algo {
+
+// Message tags: (phase, x, j) -> phase in the top byte, x (segment, step or
+// block) in bits 32..55, j (slice) below. Phases are unique per generator.
+inline constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseReduce = 3,
+                          kPhaseDirect = 4, kPhaseRdPre = 5, kPhaseRd = 6, kPhaseRdPost = 7;
+
+inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
+  return (phase << 56) | (x << 32) | j;
+}
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+struct Slice {
+  size_t off;  // bytes, relative to the segment
+  size_t bytes;
+};
+
+// Splits `bytes` into slices of at most `chunk` bytes, on element boundaries.
+inline std::vector<Slice> slices(size_t bytes, size_t elemSize, size_t chunk) {
+  std::vector<Slice> out;
+  size_t step = std::max(elemSize, chunk / elemSize * elemSize);
+  for (size_t off = 0; off < bytes; off += step) out.push_back({off, std::min(step, bytes - off)});
+  return out;
+}
+
+// Near-equal split of `count` elements into n segments: (offset, length) in elements.
+inline std::pair<size_t, size_t> segment(size_t count, int n, int x) {
+  size_t base = count / n, extra = count % n;
+  size_t len = base + (static_cast<size_t>(x) < extra ? 1 : 0);
+  size_t start = static_cast<size_t>(x) * base + std::min<size_t>(x, extra);
+  return {start, len};
+}
+
+inline int32_t addRecv(Schedule* s, RecvStep r) {
+  s->recvs.push_back(r);
+  return static_cast<int32_t>(s->recvs.size() - 1);
+}
+
+inline void addPeers(Schedule* s, std::initializer_list<int> peers, int self) {
+  for (int p : peers)
+    if (p != self && std::find(s->peers.begin(), s->peers.end(), p) == s->peers.end())
+      s->peers.push_back(p);
+}
+
+// Recursive-doubling all-reduce (recursive_doubling.cc).
+void recursiveDoublingAllReduce(Schedule* s, const CollArgs& a);
+
+}  // namespace tutti::algo
