@@ -3,7 +3,7 @@
 float32 sum, out-of-place semantics as DDP uses it (all_reduce on a tensor),
 sizes min..max bytes by factor, warm-up, then iterations for about `seconds`,
 time = max over ranks of the mean per call. Prints CSV lines:
-    impl,transport,np,bytes,time_us,busbw_gbs
+    impl,transport,coll,np,bytes,time_us,busbw_gbs (coll: all_reduce)
 Run with Debian's interpreter: /usr/bin/python3 gloo_allreduce.py NP MIN MAX FACTOR SECONDS PORT
 """
 import os
@@ -54,7 +54,7 @@ def worker(rank, np_, minb, maxb, factor, seconds, port):
         if rank == 0:
             worst = mean.item()
             busbw = nbytes / worst * 2.0 * (np_ - 1) / np_ / 1e9
-            print(f"gloo,tcp,{np_},{nbytes},{worst * 1e6:.3f},{busbw:.4f}", flush=True)
+            print(f"gloo,tcp,all_reduce,{np_},{nbytes},{worst * 1e6:.3f},{busbw:.4f}", flush=True)
         nbytes *= factor
     dist.destroy_process_group()
 

@@ -1,12 +1,16 @@
 """Summarises bench/compare results: medians over repetitions, one table per
-rank count with the ratios tutti/Open MPI (shared memory and TCP) and
-tutti/Gloo (TCP) and whether tutti's shared-memory busbw reaches Open MPI's
-from 1 MiB; the machine's physical limits (limits.csv) and, for 2 ranks, the
-fraction of them reached at the largest size; a log-log plot of bus bandwidth
-against size, one panel per rank count.
+collective and rank count. All-reduce: the ratios tutti/Open MPI (shared memory
+and TCP) and tutti/Gloo (TCP); reduce-scatter, all-gather, broadcast: tutti/Open
+MPI on shared memory. Every table has a shared-memory target column (see
+TARGETS). Then the machine's physical limits (limits.csv) and, for 2 ranks, the
+fraction of them reached by all-reduce at the largest size; a list of the sizes
+where a target is not met; log-log plots of bus bandwidth against size, one
+panel per rank count: plot.png for all-reduce, <coll>_busbw.png in the same
+folder for each other collective.
 
 usage: /usr/bin/python3 summarize.py results.csv plot.png [limits.csv]
-CSV columns: rep,impl,transport,np,bytes,time_us,busbw_gbs; limits: rep,limit,gbs
+CSV columns: rep,impl,transport,coll,np,bytes,time_us,busbw_gbs (without coll:
+all_reduce); limits: rep,limit,gbs
 """
 import csv
 import os
@@ -19,13 +23,24 @@ COLS = [("tutti", "shm"), ("openmpi", "shm"), ("tutti", "tcp"), ("openmpi", "tcp
 RATIOS = ((("tutti", "shm"), ("openmpi", "shm")),
           (("tutti", "tcp"), ("openmpi", "tcp")),
           (("tutti", "tcp"), ("gloo", "tcp")))
-TARGET_FROM = 1 << 20  # "target met": tutti shm busbw >= Open MPI shm busbw from this size
+SHM_COLS = COLS[:2]
+SHM_RATIOS = RATIOS[:1]
+COLL_ORDER = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+TITLES = {"all_reduce": "all-reduce float32 sum", "reduce_scatter": "reduce-scatter float32 sum",
+          "all_gather": "all-gather float32", "broadcast": "broadcast float32, root 0"}
+# Shared-memory targets: tutti's busbw >= Open MPI's at every size (below 64 KiB
+# judged on the time ratio, as the tables show it), and for these collectives
+# >= THREE_X_TIMES Open MPI's from THREE_X_FROM bytes.
+THREE_X_COLLS = ("all_reduce", "reduce_scatter")
+THREE_X_FROM = 32 << 20
+THREE_X_TIMES = 3.0
+TIME_RATIO_BELOW = 64 * 1024
 
 
 def human(n):
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
-            return f"{n:g} {unit}"
+            return f"{n:.4g} {unit}"
         n /= 1024
     return f"{n:g} TiB"
 
@@ -33,6 +48,35 @@ def human(n):
 def busbw_factor(n):
     """nccl-tests all-reduce bus bandwidth factor: busbw = S / t * 2(n-1)/n."""
     return 2 * (n - 1) / n
+
+
+def ratio(x, y, b):
+    """tutti against the other, >1 when tutti is better: time ratio below
+    64 KiB, busbw ratio from there; (value, is_time) or None without data."""
+    if not x or not y:
+        return None
+    if b < TIME_RATIO_BELOW:
+        return y[0] / x[0], True
+    return (x[1] / y[1] if y[1] else float("inf")), False
+
+
+def target_for(coll, b):
+    """The ratio tutti/Open MPI on shared memory must reach at size b."""
+    return THREE_X_TIMES if coll in THREE_X_COLLS and b >= THREE_X_FROM else 1.0
+
+
+def target_text(coll):
+    text = "busbw >= ompi at every size"
+    if coll in THREE_X_COLLS:
+        text += f", >= {THREE_X_TIMES:g}x from {human(THREE_X_FROM)}"
+    return text
+
+
+def fmt_ratio(r):
+    if r is None:
+        return f"{'-':>14}"
+    v, is_time = r
+    return f"{v:13.2f}t" if is_time else f"{v:14.2f}"
 
 
 def shm_ring_allreduce_traffic(n, size):
@@ -74,46 +118,63 @@ def read_limits(path):
     return {k: (statistics.median(v), min(v), max(v), len(v)) for k, v in vals.items()}
 
 
-def print_table(n, med, sizes):
+def print_table(coll, n, med, sizes):
+    """One table; med: (impl, transport, np, bytes) -> (time, busbw, reps) of
+    this collective. Returns [(bytes, ratio or None, required)] of the
+    shared-memory target, one per size."""
     def get(impl, tr, b):
         return med.get((impl, tr, n, b))
 
+    cols, ratios = (COLS, RATIOS) if coll == "all_reduce" else (SHM_COLS, SHM_RATIOS)
     reps = max(v[2] for k, v in med.items() if k[2] == n)
-    print(f"# all-reduce float32 sum, {n} ranks; medians of {reps} repetitions; "
+    print(f"# {TITLES.get(coll, coll)}, {n} ranks; medians of {reps} repetitions; "
           f"time in us, busbw in GB/s")
     head = f"{'size':>10}"
-    for impl, tr in COLS:
+    for impl, tr in cols:
         head += f" | {impl + '/' + tr:>21}"
-    head += " | tutti/ompi shm | tutti/ompi tcp | tutti/gloo tcp | shm target"
+    names = {("openmpi", "shm"): "tutti/ompi shm", ("openmpi", "tcp"): "tutti/ompi tcp",
+             ("gloo", "tcp"): "tutti/gloo tcp"}
+    head += "".join(f" | {names[c]}" for _, c in ratios) + f" | {'shm target':>12}"
     print(head)
-    print(f"{'':>10}" + "".join(f" | {'time':>9} {'busbw':>11}" for _ in COLS) +
+    print(f"{'':>10}" + "".join(f" | {'time':>9} {'busbw':>11}" for _ in cols) +
           " | (busbw ratio, or time ratio below 64 KiB: >1 means tutti is better)"
-          f" | (busbw >= ompi from {human(TARGET_FROM)})")
-    met = total = 0
+          f" | ({target_text(coll)})")
+    met, checks = 0, []
     for b in sizes:
         line = f"{human(b):>10}"
-        for impl, tr in COLS:
+        for impl, tr in cols:
             m = get(impl, tr, b)
             line += f" | {m[0]:9.2f} {m[1]:11.3f}" if m else f" | {'-':>9} {'-':>11}"
-        for (a, ta), (c, tc) in RATIOS:
-            x, y = get(a, ta, b), get(c, tc, b)
-            if not x or not y:
-                line += f" | {'-':>14}"
-            elif b < 64 * 1024:
-                line += f" | {y[0] / x[0]:13.2f}t"
-            else:
-                line += f" | {x[1] / y[1] if y[1] else float('inf'):14.2f}"
-        x, y = get("tutti", "shm", b), get("openmpi", "shm", b)
-        if b >= TARGET_FROM and x and y:
-            ok = x[1] >= y[1]
-            met, total = met + ok, total + 1
-            line += f" | {'met' if ok else 'NOT met':>10}"
+        for (a, ta), (c, tc) in ratios:
+            line += f" | {fmt_ratio(ratio(get(a, ta, b), get(c, tc, b), b))}"
+        r = ratio(get("tutti", "shm", b), get("openmpi", "shm", b), b)
+        need = target_for(coll, b)
+        checks.append((b, r, need))
+        if r:
+            ok = r[0] >= need
+            met += ok
+            line += f" | {('met' if ok else 'NOT met') + (f' ({need:g}x)' if need != 1 else ''):>12}"
         else:
-            line += f" | {'':>10}"
+            line += f" | {'-':>12}"
         print(line)
-    print(f"# {n} ranks, target tutti shm busbw >= Open MPI shm busbw from "
-          f"{human(TARGET_FROM)}: " +
-          (f"met at {met} of {total} sizes" if total else "no size measured that large"))
+    total = sum(1 for _, r, _ in checks if r)
+    print(f"# {TITLES.get(coll, coll)}, {n} ranks, shm target ({target_text(coll)}): " +
+          (f"met at {met} of {total} sizes" if total else "no size measured by both"))
+    print()
+    return checks
+
+
+def print_targets(results):
+    """results: [(coll, n, checks)] from print_table."""
+    print("# targets (shared memory, tutti against Open MPI): sizes where one is NOT met")
+    for coll, n, checks in results:
+        miss = [f"{human(b)} ({r[0]:.2f}{'t' if r[1] else ''} < {need:g})"
+                for b, r, need in checks if r and r[0] < need]
+        absent = [human(b) for b, r, _ in checks if not r]
+        text = ", ".join(miss) if miss else "all met"
+        if absent:
+            text += f"; not measured by both: {', '.join(absent)}"
+        print(f"{coll + ',':<16} {n} ranks: {text}")
     print()
 
 
@@ -162,7 +223,7 @@ def print_limits(limits, med, sizes_by_np):
     print()
 
 
-def plot(png, med, nps, sizes_by_np, limits):
+def plot(png, med, nps, sizes_by_np, limits, coll="all_reduce"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -173,22 +234,22 @@ def plot(png, med, nps, sizes_by_np, limits):
     fig, axes = plt.subplots(1, len(nps), figsize=(8 * len(nps), 5), squeeze=False)
     for ax, n in zip(axes[0], nps):
         sizes = sizes_by_np[n]
-        for impl, tr in COLS:
+        for impl, tr in (COLS if coll == "all_reduce" else SHM_COLS):
             xs = [b for b in sizes if (impl, tr, n, b) in med]
             if xs:
                 ys = [max(med[(impl, tr, n, b)][1], 1e-4) for b in xs]
                 ax.plot(xs, ys, marker="o", label=f"{impl} ({tr})")
-        if n == 2 and "memcpy" in limits:
+        if coll == "all_reduce" and n == 2 and "memcpy" in limits:
             lim = shm_limit_busbw(n, max(sizes), limits["memcpy"][0])[0]
             ax.axhline(lim, ls="--", color="gray", label="shm limit (memcpy model)")
-        if n == 2 and "tcp_bidir_per_dir" in limits:
+        if coll == "all_reduce" and n == 2 and "tcp_bidir_per_dir" in limits:
             ax.axhline(tcp_limit_busbw(n, limits["tcp_bidir_per_dir"][0]), ls=":",
                        color="black", label="tcp limit (both directions, per direction)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title(f"all-reduce float32 sum, {n} local ranks")
+        ax.set_title(f"{TITLES.get(coll, coll)}, {n} local ranks")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     fig.tight_layout()
@@ -197,20 +258,34 @@ def plot(png, med, nps, sizes_by_np, limits):
 
 
 def main(path, png, limits_path=None):
-    samples = defaultdict(list)  # (impl, transport, np, bytes) -> [(time, busbw)]
+    samples = defaultdict(list)  # (coll, impl, transport, np, bytes) -> [(time, busbw)]
     for row in csv.DictReader(open(path)):
-        key = (row["impl"], row["transport"], int(row["np"]), int(row["bytes"]))
+        key = (row.get("coll") or "all_reduce", row["impl"], row["transport"], int(row["np"]),
+               int(row["bytes"]))
         samples[key].append((float(row["time_us"]), float(row["busbw_gbs"])))
-    med = {k: (statistics.median(t for t, _ in v), statistics.median(b for _, b in v), len(v))
-           for k, v in samples.items()}
-    nps = sorted({k[2] for k in med})
-    sizes_by_np = {n: sorted({k[3] for k in med if k[2] == n}) for n in nps}
-    for n in nps:
-        print_table(n, med, sizes_by_np[n])
+    by_coll = defaultdict(dict)  # coll -> (impl, transport, np, bytes) -> (time, busbw, reps)
+    for (coll, *k), v in samples.items():
+        by_coll[coll][tuple(k)] = (statistics.median(t for t, _ in v),
+                                   statistics.median(b for _, b in v), len(v))
+    colls = [c for c in COLL_ORDER if c in by_coll] + sorted(set(by_coll) - set(COLL_ORDER))
+    results, plots = [], []
+    for coll in colls:
+        med = by_coll[coll]
+        nps = sorted({k[2] for k in med})
+        sizes_by_np = {n: sorted({k[3] for k in med if k[2] == n}) for n in nps}
+        for n in nps:
+            results.append((coll, n, print_table(coll, n, med, sizes_by_np[n])))
+        plots.append((coll, med, nps, sizes_by_np))
     limits = read_limits(limits_path)
+    med = by_coll.get("all_reduce", {})
     if limits:
-        print_limits(limits, med, sizes_by_np)
-    plot(png, med, nps, sizes_by_np, limits)
+        print_limits(limits, med, {n: sorted({k[3] for k in med if k[2] == n})
+                                   for n in sorted({k[2] for k in med})})
+    print_targets(results)
+    for coll, med, nps, sizes_by_np in plots:
+        out = png if coll == "all_reduce" else os.path.join(os.path.dirname(png),
+                                                              f"{coll}_busbw.png")
+        plot(out, med, nps, sizes_by_np, limits, coll)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,13 @@ namespace {
 using algo::Collective;
 using transport::shm::ArenaSegment;
 using Clock = std::chrono::steady_clock;
+constexpr uint64_t kSlots = ArenaSegment::kSlots;
+
+int slotOf(uint64_t seq) { return static_cast<int>(seq % kSlots); }
+
+// Operation c may overwrite slot c % kSlots once every rank has published
+// c - kSlots + 1 (and so finished c - kSlots, the slot's previous use).
+uint64_t reuseBound(uint64_t c) { return c >= kSlots ? c - kSlots + 1 : 0; }
 
 // Which ranks' data `rank` reads for `op` (publication is enough for the rest).
 bool needs(const OneShotOp& op, int rank, int q) {
@@ -139,7 +146,7 @@ OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes)
 
 bool OneShot::published(int q, uint64_t seq) {
   if (seen_[q] >= seq) return true;
-  uint64_t v = seg_->seq(q, static_cast<int>(seq & 1)).load(std::memory_order_acquire);
+  uint64_t v = seg_->seq(q, slotOf(seq)).load(std::memory_order_acquire);
   if (v > seen_[q]) seen_[q] = v;
   return v >= seq;
 }
@@ -149,20 +156,20 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
   const size_t es = op.elemSize;
   if (op.seq == 0) {
     const uint64_t c = nextSeq_;
-    if (c > 1)
+    if (const uint64_t bound = reuseBound(c))
       for (int q = 0; q < nranks_; ++q)
-        if (!published(q, c - 1)) return Status::ok();
-    const int parity = static_cast<int>(c & 1);
+        if (!published(q, bound)) return Status::ok();
+    const int slot = slotOf(c);
     const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
     if (op.coll != Collective::kBroadcast || rank_ == op.root) {
-      uint8_t* dst = seg_->payload(rank_, parity);
+      uint8_t* dst = seg_->payload(rank_, slot);
       if (op.spec.op == RedOp::kPreMulSum)
         cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
       else
         memcpy(dst, op.send, bytes);
     }
-    seg_->signature(rank_, parity) = signatureOf(op);
-    seg_->seq(rank_, parity).store(c, std::memory_order_release);
+    seg_->signature(rank_, slot) = signatureOf(op);
+    seg_->seq(rank_, slot).store(c, std::memory_order_release);
     seen_[rank_] = c;
     op.seq = c;
     ++nextSeq_;
@@ -179,7 +186,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
 }
 
 Status OneShot::checkSignature(const OneShotOp& op, int q) {
-  const uint64_t theirs = seg_->signature(q, static_cast<int>(op.seq & 1));
+  const uint64_t theirs = seg_->signature(q, slotOf(op.seq));
   const uint64_t mine = signatureOf(op);
   if (theirs == mine) return Status::ok();
   return invalidUsage(fmt::format(
@@ -190,7 +197,7 @@ Status OneShot::checkSignature(const OneShotOp& op, int q) {
 }
 
 void OneShot::complete(OneShotOp& op) {
-  const int parity = static_cast<int>(op.seq & 1);
+  const int slot = slotOf(op.seq);
   const size_t n = op.count, es = op.elemSize;
   const RedOp red = op.spec.op == RedOp::kPreMulSum ? RedOp::kSum : op.spec.op;
   switch (op.coll) {
@@ -199,16 +206,16 @@ void OneShot::complete(OneShotOp& op) {
     case Collective::kReduceScatter: {
       if (op.coll == Collective::kReduce && rank_ != op.root) return;
       const size_t off = op.coll == Collective::kReduceScatter ? rank_ * n * es : 0;
-      for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, parity) + off;
+      for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, slot) + off;
       cpu::reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
       if (op.spec.divisor > 0) cpu::divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
       return;
     }
     case Collective::kAllGather:
-      for (int q = 0; q < nranks_; ++q) memcpy(op.recv + q * n * es, seg_->payload(q, parity), n * es);
+      for (int q = 0; q < nranks_; ++q) memcpy(op.recv + q * n * es, seg_->payload(q, slot), n * es);
       return;
     case Collective::kBroadcast: {
-      const uint8_t* src = rank_ == op.root ? op.send : seg_->payload(op.root, parity);
+      const uint8_t* src = rank_ == op.root ? op.send : seg_->payload(op.root, slot);
       if (op.recv != src) memmove(op.recv, src, n * es);
       return;
     }
@@ -219,9 +226,9 @@ void OneShot::complete(OneShotOp& op) {
 
 Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
   if (comm_->aborted()) return invalidUsage("communicator aborted");
-  // Whom this rank waits for: everyone's previous operation before posting,
-  // then the ranks whose data it needs.
-  const uint64_t seq = op.seq ? op.seq : nextSeq_ - 1;
+  // Whom this rank waits for: everyone's progress before posting (slot
+  // reuse), then the ranks whose data it needs.
+  const uint64_t seq = op.seq ? op.seq : reuseBound(nextSeq_);
   std::vector<int> waiting;
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_ || (op.seq && !needs(op, rank_, q))) continue;

@@ -5,11 +5,12 @@
 // every rank runs the same ones in the same order (the choice depends only on
 // the call's collective, count and datatype, which all ranks share). For
 // operation c, rank r:
-//   1. waits until every rank has published c-1 (so nobody still reads the
-//      slot of parity c that r is about to overwrite: a rank publishes c-1
-//      only after it finished c-2);
+//   1. waits until every rank has published c-K+1, K = ArenaSegment::kSlots
+//      (so nobody still reads slot c%K, which r is about to overwrite: its
+//      previous use was c-K, and a rank publishes c-K+1 only after it
+//      finished c-K); a rank may thus run up to K-1 operations ahead;
 //   2. writes its contribution (if the collective has one from r) into its
-//      slot of parity c&1 and publishes c there (release);
+//      slot c%K and publishes c there (release);
 //   3. waits for the ranks whose data it needs to publish c, then reads their
 //      slots directly: all-reduce, all-gather and reduce-scatter read every
 //      slot, broadcast the root's, reduce (root only) every slot.

@@ -18,7 +18,7 @@ namespace tutti::transport::shm {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x3141526974747574ull;  // "tuttiRA1" little-endian
-constexpr uint32_t kArenaVersion = 1;
+constexpr uint32_t kArenaVersion = 2;
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;  // stored last by the creator
@@ -51,8 +51,9 @@ bool processDead(pid_t pid) {
 }
 
 size_t ArenaSegment::segmentBytes(int nranks, size_t slotBytes) {
-  return roundUp(slotsOffset(nranks) + 2 * static_cast<size_t>(nranks) * strideFor(slotBytes),
-                 kPage);
+  return roundUp(
+      slotsOffset(nranks) + size_t{kSlots} * static_cast<size_t>(nranks) * strideFor(slotBytes),
+      kPage);
 }
 
 std::string ArenaSegment::makeName(uint64_t commHash) {

@@ -7,8 +7,8 @@
 //   <random>", O_EXCL, mode 0600, pages reserved with posix_fallocate), the
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
-// - Layout: a header, one state word per rank, then per rank two slots (one
-//   per parity of the operation sequence number). A slot is a 64-bit sequence
+// - Layout: a header, one state word per rank, then per rank kSlots slots
+//   (operation c uses slot c % kSlots). A slot is a 64-bit sequence
 //   word and a 64-bit signature followed, in the same cache line, by
 //   `slotBytes` of payload, so a small message and its flag travel together.
 //   Slots are kLine-aligned.
@@ -41,6 +41,9 @@ bool processDead(pid_t pid);
 class ArenaSegment {
  public:
   enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
+  // Slots per rank: how many operations a rank may run ahead of the slowest
+  // (a broadcast root, say) is kSlots - 1.
+  static constexpr int kSlots = 8;
 
   static Result<std::unique_ptr<ArenaSegment>> create(const std::string& name, int rank,
                                                       int nranks, size_t slotBytes);
@@ -56,15 +59,15 @@ class ArenaSegment {
   // Total bytes of a segment for nranks and slotBytes (page-rounded).
   static size_t segmentBytes(int nranks, size_t slotBytes);
 
-  std::atomic<uint64_t>& seq(int rank, int parity) {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(slot(rank, parity));
+  std::atomic<uint64_t>& seq(int rank, int index) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(slot(rank, index));
   }
   // What the operation in the slot is (the caller's encoding), written
   // before the sequence word is published.
-  uint64_t& signature(int rank, int parity) {
-    return *reinterpret_cast<uint64_t*>(slot(rank, parity) + 8);
+  uint64_t& signature(int rank, int index) {
+    return *reinterpret_cast<uint64_t*>(slot(rank, index) + 8);
   }
-  uint8_t* payload(int rank, int parity) { return slot(rank, parity) + kSlotHeader; }
+  uint8_t* payload(int rank, int index) { return slot(rank, index) + kSlotHeader; }
   size_t slotBytes() const { return slotBytes_; }
 
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
@@ -73,8 +76,8 @@ class ArenaSegment {
  private:
   static constexpr size_t kSlotHeader = 16;  // sequence word + signature
   ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_t slotBytes);
-  uint8_t* slot(int rank, int parity) {
-    return slots_ + (static_cast<size_t>(rank) * 2 + parity) * stride_;
+  uint8_t* slot(int rank, int index) {
+    return slots_ + (static_cast<size_t>(rank) * kSlots + index) * stride_;
   }
 
   void* base_;
