@@ -139,7 +139,7 @@ TEST(BadArguments, EveryCallOnALiveCommunicator) {
 TEST(BadArguments, MismatchedCollectivesAreReportedNotHung) {
   setenv("TUTTI_TIMEOUT", "5", 1);
   runRanks(2, [](int r, ncclComm_t comm) {
-    std::vector<int32_t> a(1000, 1), b(2000, 0);
+    std::vector<int32_t> a(2000, 1), b(2000, 0);  // big enough for either count
     // Rank 0 all-reduces 1000 elements, rank 1 2000: a usage error.
     ncclResult_t rc =
         ncclAllReduce(a.data(), b.data(), r == 0 ? 1000 : 2000, ncclInt32, ncclSum, comm, nullptr);
