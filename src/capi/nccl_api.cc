@@ -188,6 +188,14 @@ bool isReducing(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
+// How an operation's values combine: the reduction for reducing
+// collectives, plain data movement otherwise; always with its datatype.
+algo::ReduceSpec specOf(ncclComm* comm, const PendingOp& o) {
+  algo::ReduceSpec s = isReducing(o.coll) ? makeSpec(comm, o.dt, o.op) : algo::ReduceSpec{};
+  s.dt = static_cast<tutti::DataType>(o.dt);
+  return s;
+}
+
 // The operation as a one-shot collective, when the communicator's arena
 // takes it (same answer on every rank: it depends on collective, count and
 // datatype only).
@@ -201,8 +209,7 @@ bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
   out->recv = static_cast<uint8_t*>(o.recv);
   out->count = o.count;
   out->elemSize = es;
-  out->spec = isReducing(o.coll) ? makeSpec(comm, o.dt, o.op) : algo::ReduceSpec{};
-  out->spec.dt = static_cast<tutti::DataType>(o.dt);
+  out->spec = specOf(comm, o);
   out->root = o.root;
   out->redop = o.op;
   return true;
@@ -371,8 +378,7 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.nranks = comm->nranks;
     a.count = o->count;
     a.elemSize = es;
-    a.spec = isReducing(o->coll) ? makeSpec(comm, o->dt, o->op) : algo::ReduceSpec{};
-    a.spec.dt = static_cast<tutti::DataType>(o->dt);
+    a.spec = specOf(comm, *o);
     a.root = o->root;
     a.inPlace = inPlaceOf(*o, es);
     a.chunkBytes = chunk;

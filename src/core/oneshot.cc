@@ -141,8 +141,7 @@ OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes)
       nranks_(comm->nranks()),
       maxBytes_(maxBytes),
       seen_(comm->nranks(), 0),
-      srcs_(comm->nranks(), nullptr),
-      oversubscribed_(comm->nranks() > usableCpus()) {}
+      srcs_(comm->nranks(), nullptr) {}
 
 bool OneShot::published(int q, uint64_t seq) {
   if (seen_[q] >= seq) return true;
@@ -265,7 +264,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
 }
 
 Status OneShot::run(OneShotOp& op) {
-  Backoff backoff(oversubscribed_);
+  Backoff backoff(comm_->oversubscribed());
   auto nextCheck = Clock::duration(std::chrono::milliseconds(100));
   for (;;) {
     bool moved = false;

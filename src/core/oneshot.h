@@ -103,7 +103,6 @@ class OneShot {
   uint64_t nextSeq_ = 1;
   std::vector<uint64_t> seen_;  // highest sequence number seen per rank
   std::vector<const void*> srcs_;
-  bool oversubscribed_;
 };
 
 }  // namespace tutti::core

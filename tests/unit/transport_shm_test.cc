@@ -18,6 +18,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::connectBoth;
+using testing::measureOneWay256MiB;
 using testing::Pair;
 using testing::pump;
 
@@ -199,17 +200,7 @@ TEST(ShmTransport, Throughput256MiB) {
   Pair p;
   auto [r0, r1] = connectBoth(*t0, *t1, p.ctx(0, 0, 10s, 4 << 20), p.ctx(1, 0, 10s, 4 << 20));
   ASSERT_TRUE(r0.isOk() && r1.isOk());
-  const uint64_t total = 256ull << 20;
-  Status s1;
-  auto t = Clock::now();
-  std::thread rx([&] { s1 = pump(*r1.value(), 0, 0, total, 0, 1 << 20, 2, 60s, false); });
-  Status s0 = pump(*r0.value(), total, 0, 0, 0, 1 << 20, 1, 60s, false);
-  rx.join();
-  double sec = std::chrono::duration<double>(Clock::now() - t).count();
-  ASSERT_TRUE(s0.isOk() && s1.isOk()) << s0.message() << s1.message();
-  double gbs = total / sec / 1e9;
-  RecordProperty("GBps", std::to_string(gbs));
-  std::printf("shm: 256 MiB one-way in %.3f s = %.2f GB/s\n", sec, gbs);
+  measureOneWay256MiB(*r0.value(), *r1.value(), "shm");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -214,6 +215,23 @@ inline Status pump(Connection& c, uint64_t sendTotal, uint32_t sendSeed, uint64_
     }
   }
   return Status::ok();
+}
+
+// Moves 256 MiB one way from `tx` to `rx` (unverified, 1 MiB at a time),
+// reports the rate as the test property "GBps" and on stdout, labelled.
+inline void measureOneWay256MiB(Connection& tx, Connection& rx, const char* label) {
+  using namespace std::chrono_literals;
+  const uint64_t total = 256ull << 20;
+  Status s1;
+  auto t = Clock::now();
+  std::thread th([&] { s1 = pump(rx, 0, 0, total, 0, 1 << 20, 2, 60s, false); });
+  Status s0 = pump(tx, total, 0, 0, 0, 1 << 20, 1, 60s, false);
+  th.join();
+  double sec = std::chrono::duration<double>(Clock::now() - t).count();
+  ASSERT_TRUE(s0.isOk() && s1.isOk()) << s0.message() << s1.message();
+  double gbs = total / sec / 1e9;
+  ::testing::Test::RecordProperty("GBps", std::to_string(gbs));
+  std::printf("%s: 256 MiB one-way in %.3f s = %.2f GB/s\n", label, sec, gbs);
 }
 
 }  // namespace tutti::transport::testing
