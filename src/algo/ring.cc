@@ -1,4 +1,5 @@
-// Ring, chain and direct schedules. See schedule.h for the contract.
+// Ring, chain and direct schedules, and makeSchedule. See schedule.h for the
+// contract. Rings and chains follow RingOrder (a node's ranks adjacent).
 //
 // Ring all-reduce, per segment x (one per rank) and slice j of it:
 //   reduce-scatter: the slice starts at rank x+1 and travels x+1 -> x+2 -> ...
@@ -8,19 +9,12 @@
 // take whichever slice is ready, and a slow slice never blocks a fast one.
 #include <algorithm>
 
+#include "algo/cost_model.h"
 #include "algo/schedule.h"
 #include "algo/schedule_util.h"
 
 namespace tutti::algo {
 namespace {
-
-// Local step that turns a rank's own input into what it contributes:
-// a scaled copy for premulsum, else nothing (send straight from the input).
-Ref contribution(Schedule* s, const ReduceSpec& spec, Ref input, Ref scaledAt, size_t bytes) {
-  if (spec.op != RedOp::kPreMulSum) return input;
-  s->local.push_back({LocalKind::kScale, scaledAt, input, bytes});
-  return scaledAt;
-}
 
 void singleRank(Schedule* s, const CollArgs& a, size_t bytes) {
   s->algorithm = "local";
@@ -35,10 +29,13 @@ void singleRank(Schedule* s, const CollArgs& a, size_t bytes) {
   if (reduces && a.spec.divisor > 1) s->local.push_back({LocalKind::kDivide, dst, dst, bytes});
 }
 
-// Ring reduce-scatter (+ all-gather when `allReduce`). segOff(x) gives segment
-// x's byte offset in the send buffer; final values land in finalRef(x).
+// Ring reduce-scatter (+ all-gather when `allReduce`) along `order`. Segment
+// x is owned by rank x (for reduce-scatter: its output block); its slices
+// start at the position after x's and end at x, final there.
 void ringReduce(Schedule* s, const CollArgs& a, bool allReduce) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingOrder order(a);
+  const int n = a.nranks, r = a.rank, p = order.posOf[r];
+  const int next = order.at(p + 1), prev = order.at(p - 1);
   const size_t es = a.elemSize;
   addPeers(s, {next, prev}, r);
   for (int x = 0; x < n; ++x) {
@@ -51,6 +48,7 @@ void ringReduce(Schedule* s, const CollArgs& a, bool allReduce) {
       segStart = static_cast<size_t>(x) * a.count * es;
       segLen = a.count * es;
     }
+    const int origin = order.at(order.posOf[x] + 1);
     auto sl = slices(segLen, es, a.chunkBytes);
     for (size_t j = 0; j < sl.size(); ++j) {
       const size_t off = segStart + sl[j].off, b = sl[j].bytes;
@@ -58,7 +56,7 @@ void ringReduce(Schedule* s, const CollArgs& a, bool allReduce) {
       // Where this rank keeps its partial of (x, j) and, at x, the final value.
       Ref acc = allReduce ? Ref{Buf::kRecv, off}
                           : (x == r ? Ref{Buf::kRecv, sl[j].off} : Ref{Buf::kScratch, off});
-      if (r == mod(x + 1, n)) {  // origin of the slice
+      if (r == origin) {
         Ref src = contribution(s, a.spec, input, acc, b);
         s->sends.push_back({next, tagOf(kPhaseRs, x, j), src, b, -1});
       } else {
@@ -81,7 +79,9 @@ void ringReduce(Schedule* s, const CollArgs& a, bool allReduce) {
 }
 
 void ringAllGather(Schedule* s, const CollArgs& a) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingOrder order(a);
+  const int n = a.nranks, r = a.rank, p = order.posOf[r];
+  const int next = order.at(p + 1), prev = order.at(p - 1);
   const size_t segLen = a.count * a.elemSize;
   addPeers(s, {next, prev}, r);
   if (!a.inPlace && segLen)
@@ -101,9 +101,11 @@ void ringAllGather(Schedule* s, const CollArgs& a) {
   }
 }
 
-// Pipelined chain from the root: root -> root+1 -> ... -> root-1.
+// Pipelined chain from the root along the ring order.
 void ringBroadcast(Schedule* s, const CollArgs& a) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingOrder order(a);
+  const int r = a.rank, p = order.posOf[r];
+  const int next = order.at(p + 1), prev = order.at(p - 1);
   const size_t bytes = a.count * a.elemSize;
   addPeers(s, {next, prev}, r);
   auto sl = slices(bytes, a.elemSize, a.chunkBytes);
@@ -122,13 +124,15 @@ void ringBroadcast(Schedule* s, const CollArgs& a) {
   }
 }
 
-// Pipelined chain to the root: root+1 -> root+2 -> ... -> root.
+// Pipelined chain to the root along the ring order, starting after it.
 void chainReduce(Schedule* s, const CollArgs& a) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const RingOrder order(a);
+  const int r = a.rank, p = order.posOf[r];
+  const int next = order.at(p + 1), prev = order.at(p - 1);
   const size_t bytes = a.count * a.elemSize;
   addPeers(s, {next, prev}, r);
   auto sl = slices(bytes, a.elemSize, a.chunkBytes);
-  const int origin = mod(a.root + 1, n);
+  const int origin = order.at(order.posOf[a.root] + 1);
   for (size_t j = 0; j < sl.size(); ++j) {
     const size_t off = sl[j].off, b = sl[j].bytes;
     Ref input{Buf::kSend, off};
@@ -247,16 +251,17 @@ Schedule makeSchedule(const CollArgs& a) {
     return s;
   }
   switch (a.coll) {
-    case Collective::kAllReduce:
-      if (a.algo == CollArgs::Algo::kRecursiveDoubling ||
-          (a.algo == CollArgs::Algo::kAuto && bytes <= a.rdMaxBytes)) {
+    case Collective::kAllReduce: {
+      const CollArgs::Algo algo = chooseAllReduce(a);
+      if (algo == CollArgs::Algo::kRecursiveDoubling)
         recursiveDoublingAllReduce(&s, a);
-        s.algorithm = "recursive-doubling";
-        break;
-      }
-      ringReduce(&s, a, true);
-      s.algorithm = "ring";
+      else if (algo == CollArgs::Algo::kHierarchical || algo == CollArgs::Algo::k2DRing)
+        twoLevelAllReduce(&s, a, algo == CollArgs::Algo::k2DRing);
+      else
+        ringReduce(&s, a, true);
+      s.algorithm = algoName(algo);
       break;
+    }
     case Collective::kReduceScatter:
       ringReduce(&s, a, false);
       s.algorithm = "ring";

@@ -96,6 +96,35 @@ struct Schedule {
   std::string algorithm;   // for logs
 };
 
+// Which node (host) each rank is on. Nodes are numbered in the order of their
+// lowest rank; each node lists its ranks ascending ("local ranks" are
+// positions in that list). A null NodeMap means every rank on one node.
+struct NodeMap {
+  std::vector<int> nodeOf;              // rank -> node index
+  std::vector<int> localOf;             // rank -> position within its node
+  std::vector<std::vector<int>> nodes;  // node -> its ranks, ascending
+  // Ranks with equal ids share a node.
+  static NodeMap fromHostIds(const std::vector<uint64_t>& hostIds);
+  static NodeMap singleNode(int nranks);
+  int nNodes() const { return static_cast<int>(nodes.size()); }
+  int maxPerNode() const;
+  bool uniform() const;  // every node has the same number of ranks
+};
+
+// Latency and bandwidth of one class of link, as the cost model sees it.
+struct LinkModel {
+  double latencyUs = 1.0;    // per message, one way
+  double bandwidthGBs = 5.0;  // one direction, one stream (GB = 1e9 bytes)
+};
+
+// The cost model's view of the machine: links inside a node (shared memory)
+// and between nodes (the network; `inter.bandwidthGBs` is what one node can
+// send, shared by all its ranks, and likewise receive).
+struct CostModel {
+  LinkModel intra{1.0, 5.0};
+  LinkModel inter{20.0, 1.25};
+};
+
 struct CollArgs {
   Collective coll;
   int rank;
@@ -109,7 +138,19 @@ struct CollArgs {
   // All-reduce: recursive doubling up to this many bytes (latency: log2(n)
   // steps of the whole buffer), ring above. `algo` forces one.
   size_t rdMaxBytes = 0;
-  enum class Algo : uint8_t { kAuto, kRing, kRecursiveDoubling } algo = Algo::kAuto;
+  // kTree is recursive doubling (NCCL_ALGO=tree); k2DRing and kHierarchical
+  // are the two-level all-reduces (need `nodes`).
+  enum class Algo : uint8_t {
+    kAuto,
+    kRing,
+    kRecursiveDoubling,
+    k2DRing,
+    kHierarchical
+  } algo = Algo::kAuto;
+  // Node layout (null: one node). Rings keep a node's ranks adjacent.
+  const NodeMap* nodes = nullptr;
+  // For kAuto; null: the defaults of CostModel.
+  const CostModel* cost = nullptr;
 };
 
 // The schedule for one rank: ring / chain / direct (src/algo/ring.cc) or

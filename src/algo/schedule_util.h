@@ -14,7 +14,9 @@ namespace tutti::algo {
 // Message tags: (phase, x, j) -> phase in the top byte, x (segment, step or
 // block) in bits 32..55, j (slice) below. Phases are unique per generator.
 inline constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseReduce = 3,
-                          kPhaseDirect = 4, kPhaseRdPre = 5, kPhaseRd = 6, kPhaseRdPost = 7;
+                          kPhaseDirect = 4, kPhaseRdPre = 5, kPhaseRd = 6, kPhaseRdPost = 7,
+                          kPhaseNodeRs = 8, kPhaseToLeader = 9, kPhaseNetRs = 10,
+                          kPhaseNetAg = 11, kPhaseNodeAg = 12;
 
 inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
   return (phase << 56) | (x << 32) | j;
@@ -43,6 +45,33 @@ inline std::pair<size_t, size_t> segment(size_t count, int n, int x) {
   return {start, len};
 }
 
+// A ring through every rank, each node's ranks adjacent (nodes in order,
+// ranks ascending within a node), so the ring crosses each node boundary once.
+struct RingOrder {
+  std::vector<int> rankAt;  // position -> rank
+  std::vector<int> posOf;   // rank -> position
+  explicit RingOrder(const CollArgs& a) : rankAt(a.nranks), posOf(a.nranks) {
+    if (a.nodes) {
+      rankAt.clear();
+      for (const auto& node : a.nodes->nodes) rankAt.insert(rankAt.end(), node.begin(), node.end());
+    } else {
+      for (int i = 0; i < a.nranks; ++i) rankAt[i] = i;
+    }
+    for (int i = 0; i < a.nranks; ++i) posOf[rankAt[i]] = i;
+  }
+  int size() const { return static_cast<int>(rankAt.size()); }
+  int at(int pos) const { return rankAt[((pos % size()) + size()) % size()]; }
+};
+
+// Local step that turns a rank's own input into what it contributes:
+// a scaled copy for premulsum, else nothing (send straight from the input).
+inline Ref contribution(Schedule* s, const ReduceSpec& spec, Ref input, Ref scaledAt,
+                        size_t bytes) {
+  if (spec.op != RedOp::kPreMulSum) return input;
+  s->local.push_back({LocalKind::kScale, scaledAt, input, bytes});
+  return scaledAt;
+}
+
 inline int32_t addRecv(Schedule* s, RecvStep r) {
   s->recvs.push_back(r);
   return static_cast<int32_t>(s->recvs.size() - 1);
@@ -56,5 +85,9 @@ inline void addPeers(Schedule* s, std::initializer_list<int> peers, int self) {
 
 // Recursive-doubling all-reduce (recursive_doubling.cc).
 void recursiveDoublingAllReduce(Schedule* s, const CollArgs& a);
+
+// Two-level all-reduce across nodes (hierarchical.cc): hierarchical
+// (`viaLeaders` false) or 2D-ring (true). Needs a.nodes with >= 2 nodes.
+void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders);
 
 }  // namespace tutti::algo

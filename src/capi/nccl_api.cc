@@ -11,6 +11,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "algo/cost_model.h"
 #include "algo/schedule.h"
 #include "backends/cpu/float_formats.h"
 #include "capi/errors.h"
@@ -311,24 +312,6 @@ bool inPlaceOf(const PendingOp& o, size_t es) {
   }
 }
 
-const char* forcedAlgo() {
-  static std::string algo = tutti::params::getStr("NCCL_ALGO", "");
-  return algo.c_str();
-}
-
-// NCCL_ALGO as far as this release has the algorithm ("ring"; "tree" means
-// the latency algorithm, recursive doubling), for all-reduce.
-algo::CollArgs::Algo forcedAllReduceAlgo() {
-  static const algo::CollArgs::Algo a = [] {
-    std::string v = forcedAlgo();
-    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    if (v == "ring") return algo::CollArgs::Algo::kRing;
-    if (v == "tree") return algo::CollArgs::Algo::kRecursiveDoubling;
-    return algo::CollArgs::Algo::kAuto;
-  }();
-  return a;
-}
-
 // Builds the work of one communicator for the operations of a group.
 Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core::Work* w) {
   w->comm = comm->impl.get();
@@ -383,16 +366,19 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.inPlace = inPlaceOf(*o, es);
     a.chunkBytes = chunk;
     a.rdMaxBytes = comm->impl->rdMaxBytes();
-    bool forced = false;
-    if (o->coll == Collective::kAllReduce) {
-      a.algo = forcedAllReduceAlgo();
-      forced = a.algo != algo::CollArgs::Algo::kAuto;
-    }
+    a.nodes = &comm->impl->nodeMap();
+    a.cost = &comm->impl->costModel();
+    if (o->coll == Collective::kAllReduce) a.algo = comm->impl->forcedAllReduceAlgo();
     algo::Schedule s = algo::makeSchedule(a);
+    // Honoured when it names what runs (a two-level algorithm on one node
+    // runs as the ring).
+    const bool forced =
+        a.algo != algo::CollArgs::Algo::kAuto && s.algorithm == algo::algoName(a.algo);
+    const std::string& algoEnv = comm->impl->algoEnv();
     TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
                algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks, s.algorithm,
-               forcedAlgo()[0] ? " (NCCL_ALGO=" : "", forcedAlgo(),
-               forcedAlgo()[0] ? (forced ? ")" : " not applicable)") : "");
+               algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
+               algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"));
     scratchOff.push_back(scratchTotal);
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));

@@ -4,11 +4,41 @@
 
 #include <algorithm>
 
+#include "algo/cost_model.h"
 #include "core/backoff.h"
 #include "core/log.h"
 #include "core/params.h"
 
 namespace tutti::core {
+namespace {
+
+// The node layout the algorithms see: by host id, or TUTTI_TEST_NODES
+// ("2,2": ranks 0-1 on one node, 2-3 on another) to exercise two-level
+// algorithms inside one host.
+Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
+  const std::string spec = params::getStr("TUTTI_TEST_NODES", "");
+  if (spec.empty()) return algo::NodeMap::fromHostIds(hostIds);
+  std::vector<uint64_t> fake;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, comma - pos);
+    char* end = nullptr;
+    long k = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || k < 1)
+      return invalidArgument("TUTTI_TEST_NODES='" + spec +
+                             "': expected ranks per node, like 2,2 or 1,2,3");
+    const uint64_t node = fake.empty() ? 0 : fake.back() + 1;
+    fake.insert(fake.end(), static_cast<size_t>(k), node);
+    pos = comma + 1;
+  }
+  if (fake.size() != hostIds.size())
+    return invalidArgument(fmt::format("TUTTI_TEST_NODES='{}' covers {} ranks, the communicator has {}",
+                                       spec, fake.size(), hostIds.size()));
+  return algo::NodeMap::fromHostIds(fake);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
                                            const CommConfig& config) {
@@ -45,13 +75,15 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     }
   }
 
+  c->algoEnv_ = params::getStr("NCCL_ALGO", "");
+  c->forcedAlgo_ = algo::parseAlgo(c->algoEnv_);
   if (rank == 0) {
     if (auto proto = params::get("NCCL_PROTO"))
       TUTTI_INFO(log::kEnv, "NCCL_PROTO={} has no meaning on host transports; ignored", *proto);
     if (auto algo = params::get("NCCL_ALGO"))
       TUTTI_INFO(log::kEnv,
-                 "NCCL_ALGO={}: all-reduce honours ring and tree (recursive doubling); other "
-                 "collectives have one algorithm each (ring, chain or direct)",
+                 "NCCL_ALGO={}: all-reduce honours ring, tree (recursive doubling), 2dring and "
+                 "hierarchical; other collectives have one algorithm each (ring, chain or direct)",
                  *algo);
   }
   TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));
@@ -65,16 +97,14 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
     TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   }
-  int nodes = 0, local = 0;
-  {
-    std::vector<uint64_t> hosts;
-    for (int r = 0; r < nranks; ++r) {
-      hosts.push_back(c->peer(r).hostId);
-      local += c->sameHost(r);
-    }
-    std::sort(hosts.begin(), hosts.end());
-    nodes = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+  int local = 0;
+  std::vector<uint64_t> hosts;
+  for (int r = 0; r < nranks; ++r) {
+    hosts.push_back(c->peer(r).hostId);
+    local += c->sameHost(r);
   }
+  TUTTI_ASSIGN_OR_RETURN(c->nodeMap_, nodeMapFor(hosts));
+  const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > usableCpus();
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   TUTTI_INFO(log::kInit,

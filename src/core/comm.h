@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "algo/schedule.h"
 #include "core/bootstrap.h"
 #include "core/oneshot.h"
 #include "core/status.h"
@@ -84,6 +85,15 @@ class Comm {
   const char* transportName(int peer) const;
   uint64_t nextSeq(int peer) { return pairSeq_[peer]++; }
 
+  // Which node each rank is on (by host id, or TUTTI_TEST_NODES) and the
+  // cost model the algorithm selection uses.
+  const algo::NodeMap& nodeMap() const { return nodeMap_; }
+  const algo::CostModel& costModel() const { return costModel_; }
+  // NCCL_ALGO as read at init, and the all-reduce algorithm it forces
+  // (kAuto: none it names exists).
+  const std::string& algoEnv() const { return algoEnv_; }
+  algo::CollArgs::Algo forcedAllReduceAlgo() const { return forcedAlgo_; }
+
   // The one-shot path for small collectives on one host; null when unused.
   OneShot* oneShot() { return oneShot_.get(); }
   // More ranks of this communicator on this host than CPUs this process may use.
@@ -134,6 +144,10 @@ class Comm {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;
   std::unique_ptr<OneShot> oneShot_;
+  algo::NodeMap nodeMap_;
+  algo::CostModel costModel_;
+  std::string algoEnv_;
+  algo::CollArgs::Algo forcedAlgo_ = algo::CollArgs::Algo::kAuto;
   bool oversubscribed_ = false;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> pairSeq_;

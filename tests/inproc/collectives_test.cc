@@ -283,22 +283,45 @@ void runCase(const Case& c, int n, int r, ncclComm_t comm) {
 
 // How the ranks talk and which algorithms run: the defaults (one-shot arena
 // for small messages on shared memory, recursive doubling for small
-// all-reduce, rings above), or one algorithm forced for every size.
-enum class Path { kShm, kShmRingOnly, kShmRecursiveDoubling, kTcp, kTcpRingOnly };
+// all-reduce, rings above), or one algorithm forced for every size. The
+// two-level paths split the ranks into pretend nodes (TUTTI_TEST_NODES) of
+// unequal sizes; rings then keep each node's ranks together.
+enum class Path {
+  kShm,
+  kShmRingOnly,
+  kShmRecursiveDoubling,
+  kTcp,
+  kTcpRingOnly,
+  kShmHierarchical,
+  kShm2DRing,
+  kTcpHierarchical,
+};
+
+// Ranks per pretend node for n ranks: unequal where possible.
+const char* nodeLayout(int n) {
+  static const char* layouts[] = {"1", "1", "1,1", "1,2", "2,2", "2,3", "1,2,3", "2,2,3"};
+  return n < 8 ? layouts[n] : "3,1,4";
+}
 
 class Collectives : public ::testing::TestWithParam<std::tuple<int, Path>> {};
 
 TEST_P(Collectives, SampledMatrix) {
   const int n = std::get<0>(GetParam());
   const Path path = std::get<1>(GetParam());
-  const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly;
+  const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly || path == Path::kTcpHierarchical;
   const bool ringOnly = path == Path::kShmRingOnly || path == Path::kTcpRingOnly;
+  const bool twoLevel = path == Path::kShmHierarchical || path == Path::kShm2DRing ||
+                        path == Path::kTcpHierarchical;
   setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
   setenv("TUTTI_ONESHOT_MAX", path == Path::kShm ? "32K" : "0", 1);
   setenv("TUTTI_RD_MAX",
-         ringOnly ? "0" : path == Path::kShmRecursiveDoubling ? "1G" : "64K", 1);
+         ringOnly || twoLevel ? "0" : path == Path::kShmRecursiveDoubling ? "1G" : "64K", 1);
   setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
   setenv("NCCL_BUFFSIZE", "65536", 1);    // small rings: exercise back-pressure
+  if (twoLevel) {
+    setenv("TUTTI_TEST_NODES", nodeLayout(n), 1);
+    setenv("NCCL_ALGO", path == Path::kShm2DRing ? "2dring" : "hierarchical", 1);
+  }
   auto cases = makeCases(n, false);
   runRanks(n, [&](int r, ncclComm_t comm) {
     for (const auto& c : cases) {
@@ -309,6 +332,8 @@ TEST_P(Collectives, SampledMatrix) {
   unsetenv("NCCL_SHM_DISABLE");
   unsetenv("TUTTI_ONESHOT_MAX");
   unsetenv("TUTTI_RD_MAX");
+  unsetenv("TUTTI_TEST_NODES");
+  unsetenv("NCCL_ALGO");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
@@ -323,6 +348,15 @@ INSTANTIATE_TEST_SUITE_P(ShmRecursiveDoubling, Collectives,
 INSTANTIATE_TEST_SUITE_P(Tcp, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
                                             ::testing::Values(Path::kTcp)));
+INSTANTIATE_TEST_SUITE_P(ShmHierarchical, Collectives,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 6, 7, 8),
+                                            ::testing::Values(Path::kShmHierarchical)));
+INSTANTIATE_TEST_SUITE_P(Shm2DRing, Collectives,
+                         ::testing::Combine(::testing::Values(3, 4, 6, 7),
+                                            ::testing::Values(Path::kShm2DRing)));
+INSTANTIATE_TEST_SUITE_P(TcpHierarchical, Collectives,
+                         ::testing::Combine(::testing::Values(4, 6),
+                                            ::testing::Values(Path::kTcpHierarchical)));
 INSTANTIATE_TEST_SUITE_P(TcpRingOnly, Collectives,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(Path::kTcpRingOnly)));

@@ -1,0 +1,119 @@
+#include "algo/cost_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+namespace tutti::algo {
+
+namespace {
+
+constexpr double kNotApplicable = std::numeric_limits<double>::infinity();
+
+// Microseconds to move `bytes` over a link of `bandwidthGBs` (1e9 bytes/s).
+double moveUs(double bytes, double bandwidthGBs) { return bytes / (bandwidthGBs * 1e3); }
+
+}  // namespace
+
+double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo) {
+  const CostModel model = a.cost ? *a.cost : CostModel{};
+  const double bytes = static_cast<double>(a.count * a.elemSize);
+  const int n = a.nranks;
+  const int nodes = a.nodes ? a.nodes->nNodes() : 1;
+  const int perNode = a.nodes ? a.nodes->maxPerNode() : n;
+  const LinkModel& in = model.intra;
+  const LinkModel& net = model.inter;
+  // The slowest link a flat algorithm crosses.
+  const LinkModel& flat = nodes > 1 ? net : in;
+  if (n == 1) return 0;
+  switch (algo) {
+    case CollArgs::Algo::kRing:
+      // 2(n-1) steps; with the ring keeping nodes together, each link (a
+      // node's uplink included) carries one stream of 2(n-1)/n of the data.
+      return 2.0 * (n - 1) * flat.latencyUs + moveUs(2.0 * (n - 1) / n * bytes, flat.bandwidthGBs);
+    case CollArgs::Algo::kRecursiveDoubling: {
+      if (bytes > static_cast<double>(a.rdMaxBytes) && a.algo != algo) return kNotApplicable;
+      int p2 = 1, steps = 0;
+      while (p2 * 2 <= n) p2 *= 2, ++steps;
+      if (p2 != n) steps += 2;
+      // Every step exchanges the whole buffer; across nodes all of a node's
+      // ranks share its link.
+      const double share = nodes > 1 ? perNode : 1;
+      return steps * (flat.latencyUs + moveUs(bytes * share, flat.bandwidthGBs));
+    }
+    case CollArgs::Algo::kHierarchical:
+    case CollArgs::Algo::k2DRing: {
+      if (nodes < 2) return kNotApplicable;
+      const double k = perNode;
+      const double nodeRs = (k - 1) * in.latencyUs + moveUs((k - 1) / k * bytes, in.bandwidthGBs);
+      // Across nodes a node's link carries 2(N-1)/N of the data in either
+      // algorithm: spread over all its ranks (hierarchical) or one leader.
+      const double netAr = 2.0 * (nodes - 1) * net.latencyUs +
+                           moveUs(2.0 * (nodes - 1) / nodes * bytes, net.bandwidthGBs);
+      if (algo == CollArgs::Algo::kHierarchical) return nodeRs + netAr + nodeRs;
+      // 2D-ring: the leader also gathers the node's sum, then forwards all of
+      // it down the node's chain.
+      const double toLeader = in.latencyUs + moveUs((k - 1) / k * bytes, in.bandwidthGBs);
+      const double nodeBcast = (k - 1) * in.latencyUs + moveUs(bytes, in.bandwidthGBs);
+      return nodeRs + toLeader + netAr + nodeBcast;
+    }
+    case CollArgs::Algo::kAuto:
+      break;
+  }
+  return kNotApplicable;
+}
+
+CollArgs::Algo chooseAllReduce(const CollArgs& a) {
+  using Algo = CollArgs::Algo;
+  const size_t bytes = a.count * a.elemSize;
+  const bool multiNode = a.nodes && a.nodes->nNodes() > 1;
+  if (a.algo != Algo::kAuto) {
+    if ((a.algo == Algo::k2DRing || a.algo == Algo::kHierarchical) && !multiNode) return Algo::kRing;
+    return a.algo;
+  }
+  // One node: the threshold measured on shared memory (TUTTI_RD_MAX).
+  if (!multiNode) return bytes <= a.rdMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+  Algo best = Algo::kRing;
+  double bestUs = predictAllReduceUs(a, Algo::kRing);
+  for (Algo c : {Algo::kRecursiveDoubling, Algo::kHierarchical}) {
+    const double us = predictAllReduceUs(a, c);
+    if (us < bestUs) best = c, bestUs = us;
+  }
+  return best;
+}
+
+const char* algoName(CollArgs::Algo algo) {
+  switch (algo) {
+    case CollArgs::Algo::kAuto:
+      return "auto";
+    case CollArgs::Algo::kRing:
+      return "ring";
+    case CollArgs::Algo::kRecursiveDoubling:
+      return "recursive-doubling";
+    case CollArgs::Algo::k2DRing:
+      return "2d-ring";
+    case CollArgs::Algo::kHierarchical:
+      return "hierarchical";
+  }
+  return "?";
+}
+
+CollArgs::Algo parseAlgo(const std::string& value) {
+  std::stringstream in(value);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::string v;
+    for (char ch : item)
+      if (!std::isspace(static_cast<unsigned char>(ch)))
+        v += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (v == "ring") return CollArgs::Algo::kRing;
+    if (v == "tree") return CollArgs::Algo::kRecursiveDoubling;
+    if (v == "2dring") return CollArgs::Algo::k2DRing;
+    if (v == "hierarchical") return CollArgs::Algo::kHierarchical;
+  }
+  return CollArgs::Algo::kAuto;
+}
+
+}  // namespace tutti::algo

@@ -1,0 +1,304 @@
+// Schedules checked by value without transports: every rank's schedule runs
+// in one interpreter that executes enabled steps in a random order (many
+// seeds), snapshotting a send's source only when it runs. A generator that
+// breaks a hazard rule (a receive overwriting data a pending send still
+// reads, a missing `after`) then gives wrong values for some order, and one
+// that never matches a message is reported as stuck.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "algo/cost_model.h"
+#include "algo/schedule.h"
+#include "backends/cpu/kernels.h"
+
+namespace tutti::algo {
+namespace {
+
+struct RankState {
+  Schedule s;
+  std::vector<uint8_t> send, recv, scratch;
+  std::vector<bool> sent, recvd;
+  uint8_t* at(Ref ref, bool inPlace) {
+    switch (ref.buf) {
+      case Buf::kSend:
+        return (inPlace ? recv.data() : send.data()) + ref.off;
+      case Buf::kRecv:
+        return recv.data() + ref.off;
+      case Buf::kScratch:
+        return scratch.data() + ref.off;
+      default:
+        return nullptr;
+    }
+  }
+};
+
+// Runs the schedules of every rank; returns false (with a message) when stuck.
+bool interpret(std::vector<RankState>& ranks, bool inPlace, uint32_t seed, std::string* why) {
+  std::mt19937 rng(seed);
+  std::map<std::tuple<int, int, uint64_t>, std::vector<uint8_t>> wire;  // (from, to, tag)
+  for (auto& st : ranks)
+    for (const LocalStep& l : st.s.local) {
+      uint8_t* dst = st.at(l.dst, inPlace);
+      const uint8_t* src = st.at(l.src, inPlace);
+      const size_t es = dataTypeSize(st.s.spec.dt);
+      if (l.kind == LocalKind::kCopy) memmove(dst, src, l.bytes);
+      if (l.kind == LocalKind::kScale)
+        cpu::scale(dst, src, l.bytes / es, st.s.spec.dt, st.s.spec.scalar);
+      if (l.kind == LocalKind::kDivide)
+        cpu::divide(dst, src, l.bytes / es, st.s.spec.dt, st.s.spec.divisor);
+    }
+  for (;;) {
+    // Enabled steps: (rank, isRecv, index).
+    std::vector<std::tuple<int, bool, size_t>> enabled;
+    size_t pending = 0;
+    for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+      RankState& st = ranks[r];
+      for (size_t i = 0; i < st.s.sends.size(); ++i) {
+        if (st.sent[i]) continue;
+        ++pending;
+        const int32_t w = st.s.sends[i].waitRecv;
+        if (w < 0 || st.recvd[w]) enabled.emplace_back(r, false, i);
+      }
+      for (size_t i = 0; i < st.s.recvs.size(); ++i) {
+        if (st.recvd[i]) continue;
+        ++pending;
+        const RecvStep& rs = st.s.recvs[i];
+        if (rs.after >= 0 && !st.recvd[rs.after]) continue;
+        if (wire.count({rs.peer, r, rs.tag})) enabled.emplace_back(r, true, i);
+      }
+    }
+    if (pending == 0) return true;
+    if (enabled.empty()) {
+      for (int r = 0; r < static_cast<int>(ranks.size()) && why->empty(); ++r)
+        for (size_t i = 0; i < ranks[r].s.recvs.size(); ++i)
+          if (!ranks[r].recvd[i]) {
+            *why = "rank " + std::to_string(r) + " waits for tag " +
+                   std::to_string(ranks[r].s.recvs[i].tag) + " from " +
+                   std::to_string(ranks[r].s.recvs[i].peer);
+            break;
+          }
+      return false;
+    }
+    auto [r, isRecv, i] = enabled[rng() % enabled.size()];
+    RankState& st = ranks[r];
+    if (!isRecv) {
+      const SendStep& sd = st.s.sends[i];
+      const uint8_t* src = st.at(sd.src, inPlace);
+      auto key = std::make_tuple(r, sd.peer, sd.tag);
+      if (wire.count(key)) {
+        *why = "duplicate tag " + std::to_string(sd.tag) + " from " + std::to_string(r);
+        return false;
+      }
+      wire[key].assign(src, src + sd.bytes);
+      st.sent[i] = true;
+    } else {
+      const RecvStep& rs = st.s.recvs[i];
+      auto node = wire.extract({rs.peer, r, rs.tag});
+      std::vector<uint8_t>& in = node.mapped();
+      if (in.size() != rs.bytes) {
+        *why = "size mismatch on tag " + std::to_string(rs.tag);
+        return false;
+      }
+      uint8_t* dst = st.at(rs.dst, inPlace);
+      const ReduceSpec& spec = st.s.spec;
+      const size_t es = dataTypeSize(spec.dt), count = rs.bytes / es;
+      if (rs.action == RecvAction::kCopy) {
+        memcpy(dst, in.data(), rs.bytes);
+      } else if (spec.op == RedOp::kPreMulSum) {
+        cpu::preMulReduce(dst, in.data(), st.at(rs.local, inPlace), count, spec.dt, spec.scalar);
+      } else {
+        cpu::reduce(dst, in.data(), st.at(rs.local, inPlace), count, spec.dt, spec.op);
+      }
+      if (rs.finalize) cpu::divide(dst, dst, count, spec.dt, spec.divisor);
+      st.recvd[i] = true;
+    }
+  }
+}
+
+struct Layout {
+  std::vector<int> perNode;  // ranks per node, nodes listed in rank order...
+  bool interleaved = false;  // ...or ranks dealt round-robin over the nodes
+};
+
+NodeMap mapOf(const Layout& l) {
+  std::vector<uint64_t> host;
+  if (!l.interleaved) {
+    for (size_t nd = 0; nd < l.perNode.size(); ++nd)
+      for (int i = 0; i < l.perNode[nd]; ++i) host.push_back(nd);
+  } else {
+    std::vector<int> left = l.perNode;
+    for (bool any = true; any;) {
+      any = false;
+      for (size_t nd = 0; nd < left.size(); ++nd)
+        if (left[nd]-- > 0) host.push_back(nd), any = true;
+    }
+  }
+  return NodeMap::fromHostIds(host);
+}
+
+// All-reduce of int32 data, value of element i on rank r = (r+1)*1000 + i % 997
+// (exact in int32 for these rank counts), checked on every rank.
+void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, RedOp op,
+                    int64_t divisor, bool inPlace, size_t chunk) {
+  const NodeMap nm = mapOf(layout);
+  const int n = static_cast<int>(nm.nodeOf.size());
+  SCOPED_TRACE(testing::Message() << "ranks " << n << " nodes " << nm.nNodes() << " algo "
+                                  << algoName(algo) << " count " << count << " inPlace "
+                                  << inPlace << " chunk " << chunk << " divisor " << divisor);
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    std::vector<RankState> ranks(n);
+    for (int r = 0; r < n; ++r) {
+      CollArgs a;
+      a.coll = Collective::kAllReduce;
+      a.rank = r;
+      a.nranks = n;
+      a.count = count;
+      a.elemSize = 4;
+      a.spec.dt = DataType::kInt32;
+      a.spec.op = op;
+      a.spec.divisor = divisor;
+      a.spec.scalar = 2.0;
+      a.inPlace = inPlace;
+      a.chunkBytes = chunk;
+      a.rdMaxBytes = 64 << 10;
+      a.algo = algo;
+      a.nodes = &nm;
+      RankState& st = ranks[r];
+      st.s = makeSchedule(a);
+      if (algo != CollArgs::Algo::kAuto && nm.nNodes() > 1) {
+        EXPECT_STREQ(st.s.algorithm.c_str(), algoName(algo));
+      }
+      st.send.resize(count * 4);
+      st.recv.assign(count * 4, 0xEE);
+      st.scratch.resize(st.s.scratchBytes);
+      st.sent.assign(st.s.sends.size(), false);
+      st.recvd.assign(st.s.recvs.size(), false);
+      auto* v = reinterpret_cast<int32_t*>(inPlace ? st.recv.data() : st.send.data());
+      for (size_t i = 0; i < count; ++i) v[i] = (r + 1) * 1000 + static_cast<int32_t>(i % 997);
+    }
+    std::string why;
+    ASSERT_TRUE(interpret(ranks, inPlace, seed, &why)) << why;
+    for (int r = 0; r < n; ++r) {
+      const auto* got = reinterpret_cast<const int32_t*>(ranks[r].recv.data());
+      for (size_t i = 0; i < count; ++i) {
+        int64_t sum = 0;
+        for (int q = 0; q < n; ++q) sum += (q + 1) * 1000 + static_cast<int64_t>(i % 997);
+        if (op == RedOp::kPreMulSum) sum *= 2;
+        if (divisor > 1) sum /= divisor;
+        ASSERT_EQ(got[i], sum) << "rank " << r << " element " << i << " seed " << seed;
+      }
+    }
+  }
+}
+
+using Algo = CollArgs::Algo;
+
+TEST(TwoLevelAllReduce, EveryLayoutAndSize) {
+  const std::vector<Layout> layouts = {
+      {{2, 2}},    {{2, 2, 2}}, {{1, 2, 3}}, {{3, 2, 1}}, {{1, 1}},
+      {{4, 1}},    {{1, 1, 1}}, {{3, 3}, true}, {{2, 1, 2}, true}, {{5, 3}},
+  };
+  for (const Layout& l : layouts)
+    for (Algo algo : {Algo::kHierarchical, Algo::k2DRing, Algo::kRing, Algo::kRecursiveDoubling})
+      for (size_t count : {size_t{1}, size_t{5}, size_t{37}, size_t{1000}})
+        for (bool inPlace : {false, true}) checkAllReduce(l, algo, count, RedOp::kSum, 0, inPlace, 64);
+}
+
+TEST(TwoLevelAllReduce, AverageAndPreMulSum) {
+  for (Algo algo : {Algo::kHierarchical, Algo::k2DRing}) {
+    checkAllReduce({{1, 2, 3}}, algo, 101, RedOp::kSum, 6, false, 32);
+    checkAllReduce({{2, 2}}, algo, 64, RedOp::kPreMulSum, 0, true, 16);
+    checkAllReduce({{3, 1}}, algo, 17, RedOp::kPreMulSum, 0, false, 1 << 20);
+  }
+}
+
+TEST(TwoLevelAllReduce, OneNodeFallsBackToRing) {
+  const NodeMap nm = NodeMap::singleNode(3);
+  CollArgs a;
+  a.coll = Collective::kAllReduce;
+  a.rank = 0;
+  a.nranks = 3;
+  a.count = 1 << 20;
+  a.elemSize = 4;
+  a.nodes = &nm;
+  a.algo = Algo::kHierarchical;
+  EXPECT_EQ(chooseAllReduce(a), Algo::kRing);
+  checkAllReduce({{3}}, Algo::kHierarchical, 50, RedOp::kSum, 0, false, 64);
+}
+
+// Rings keep a node's ranks adjacent. Ranks dealt round-robin over two nodes
+// give the ring order 0 2 4 1 3 5, whose only node crossings are 4->1 and
+// 5->0. An all-gather block travels the 5 ring edges that do not lead back
+// into its origin, so it crosses twice, except the blocks of ranks 1 and 0
+// (whose skipped edge is a crossing): 6 x 2 - 2 = 10 crossings in all, where
+// the rank-order ring would cross on every one of its 30 hops.
+TEST(RingOrder, NodeRanksAdjacent) {
+  const NodeMap nm = mapOf({{3, 3}, true});  // ranks 0,2,4 on node 0; 1,3,5 on node 1
+  int crossing = 0;
+  for (int r = 0; r < 6; ++r) {
+    CollArgs a;
+    a.coll = Collective::kAllGather;
+    a.rank = r;
+    a.nranks = 6;
+    a.count = 8;
+    a.elemSize = 4;
+    a.nodes = &nm;
+    Schedule s = makeSchedule(a);
+    for (const SendStep& sd : s.sends) crossing += nm.nodeOf[sd.peer] != nm.nodeOf[r];
+  }
+  EXPECT_EQ(crossing, 10);
+}
+
+TEST(CostModel, PicksHierarchicalForLargeMultiNode) {
+  const NodeMap nm = mapOf({{2, 2}});
+  CostModel cm;
+  cm.intra = {1.0, 5.0};
+  cm.inter = {30.0, 0.125};
+  CollArgs a;
+  a.coll = Collective::kAllReduce;
+  a.rank = 0;
+  a.nranks = 4;
+  a.elemSize = 4;
+  a.rdMaxBytes = 64 << 10;
+  a.nodes = &nm;
+  a.cost = &cm;
+  a.count = 16 << 20;
+  EXPECT_EQ(chooseAllReduce(a), Algo::kHierarchical);
+  // Ring moves 1.5x the bytes of hierarchical over the network here.
+  EXPECT_NEAR(predictAllReduceUs(a, Algo::kRing) / predictAllReduceUs(a, Algo::kHierarchical), 1.5,
+              0.05);
+  a.count = 2;
+  EXPECT_EQ(chooseAllReduce(a), Algo::kRecursiveDoubling);
+  const NodeMap one = NodeMap::singleNode(4);
+  a.nodes = &one;
+  a.count = 1 << 20;
+  EXPECT_EQ(chooseAllReduce(a), Algo::kRing);
+}
+
+TEST(CostModel, ParseAlgo) {
+  EXPECT_EQ(parseAlgo("ring"), Algo::kRing);
+  EXPECT_EQ(parseAlgo("Tree"), Algo::kRecursiveDoubling);
+  EXPECT_EQ(parseAlgo("2dring"), Algo::k2DRing);
+  EXPECT_EQ(parseAlgo("HIERARCHICAL"), Algo::kHierarchical);
+  EXPECT_EQ(parseAlgo("collnet,ring"), Algo::kRing);
+  EXPECT_EQ(parseAlgo("nvls"), Algo::kAuto);
+  EXPECT_EQ(parseAlgo(""), Algo::kAuto);
+}
+
+TEST(NodeMap, FromHostIds) {
+  NodeMap m = NodeMap::fromHostIds({7, 9, 7, 5, 9});
+  ASSERT_EQ(m.nNodes(), 3);
+  EXPECT_EQ(m.nodes[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(m.nodes[1], (std::vector<int>{1, 4}));
+  EXPECT_EQ(m.nodes[2], (std::vector<int>{3}));
+  EXPECT_EQ(m.localOf, (std::vector<int>{0, 0, 1, 0, 1}));
+  EXPECT_EQ(m.maxPerNode(), 2);
+  EXPECT_FALSE(m.uniform());
+}
+
+}  // namespace
+}  // namespace tutti::algo
