@@ -84,6 +84,24 @@ CollArgs::Algo chooseAllReduce(const CollArgs& a) {
   return best;
 }
 
+bool useTwoLevelGather(const CollArgs& a) {
+  if (!a.nodes || a.nodes->nNodes() < 2 || !a.nodes->uniform() || a.nodes->maxPerNode() < 2)
+    return false;
+  if (a.algo == CollArgs::Algo::kHierarchical) return true;
+  if (a.algo != CollArgs::Algo::kAuto) return false;
+  const CostModel model = a.cost ? *a.cost : CostModel{};
+  const double n = a.nranks, nodes = a.nodes->nNodes(), k = a.nodes->maxPerNode();
+  const double out = static_cast<double>(a.count * a.elemSize) * n;  // all blocks
+  const LinkModel &in = model.intra, &net = model.inter;
+  // A node's link carries (n-1)/n of the blocks on the flat ring, (N-1)/N on
+  // the two-level one, which adds a pass around the node.
+  const double flat = (n - 1) * net.latencyUs + moveUs((n - 1) / n * out, net.bandwidthGBs);
+  const double twoLevel = (nodes - 1) * net.latencyUs +
+                          moveUs((nodes - 1) / nodes * out, net.bandwidthGBs) +
+                          (k - 1) * in.latencyUs + moveUs((k - 1) / k * out, in.bandwidthGBs);
+  return twoLevel < flat;
+}
+
 const char* algoName(CollArgs::Algo algo) {
   switch (algo) {
     case CollArgs::Algo::kAuto:

@@ -22,6 +22,11 @@ double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo);
 // when it applies; a two-level algorithm forced on one node becomes the ring).
 CollArgs::Algo chooseAllReduce(const CollArgs& a);
 
+// All-gather and reduce-scatter: whether the two-level algorithm runs
+// (uniform nodes of more than one rank, more than one node; forced by
+// a.algo == kHierarchical, ruled out by kRing, else when predicted faster).
+bool useTwoLevelGather(const CollArgs& a);
+
 const char* algoName(CollArgs::Algo algo);
 // "ring", "tree", "2dring", "hierarchical" (case-insensitive; NCCL_ALGO may
 // list several separated by commas: the first one known is taken); kAuto for

@@ -143,3 +143,114 @@ void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders) {
 }
 
 }  // namespace tutti::algo
+
+namespace tutti::algo {
+
+// Two-level all-gather (uniform nodes of k > 1 ranks, N > 1 nodes):
+//   1. across nodes, the ranks with the same local index run a ring
+//      all-gather of their blocks (k rings in parallel, one per local index),
+//   2. inside each node, every block travels the node's ring from the rank
+//      that has it (the one with its local index) to the others.
+// A node's link then carries (N-1)/N of the output instead of the flat ring's
+// (n-1)/n.
+void twoLevelAllGather(Schedule* s, const CollArgs& a) {
+  const NodeMap& nm = *a.nodes;
+  const int r = a.rank, node = nm.nodeOf[r], nNodes = nm.nNodes(), l = nm.localOf[r];
+  const std::vector<int>& mine = nm.nodes[node];
+  const int k = static_cast<int>(mine.size());
+  const int nodeNext = mine[(l + 1) % k], nodePrev = mine[(l + k - 1) % k];
+  const int netNext = nm.nodes[(node + 1) % nNodes][l];
+  const int netPrev = nm.nodes[(node + nNodes - 1) % nNodes][l];
+  const size_t blk = a.count * a.elemSize;
+  addPeers(s, {nodeNext, nodePrev, netNext, netPrev}, r);
+  if (!a.inPlace && blk)
+    s->local.push_back({LocalKind::kCopy, {Buf::kRecv, r * blk}, {Buf::kSend, 0}, blk});
+  const auto sl = slices(blk, a.elemSize, a.chunkBytes);
+  for (int q = 0; q < a.nranks; ++q) {
+    const int qNode = nm.nodeOf[q], qLocal = nm.localOf[q];
+    const int holder = mine[qLocal];  // has block q after step 1
+    for (size_t j = 0; j < sl.size(); ++j) {
+      const size_t b = sl[j].bytes;
+      const Ref at{Buf::kRecv, q * blk + sl[j].off};
+      const Ref from = q == r ? Ref{Buf::kSend, sl[j].off} : at;
+      int32_t have = -1;
+      if (qLocal == l) {  // 1. this rank's cross-node ring carries block q
+        const uint64_t tag = tagOf(kPhaseNetAg, q, j);
+        if (q == r) {
+          s->sends.push_back({netNext, tag, from, b, -1});
+        } else {
+          have = addRecv(s, {netPrev, tag, b, RecvAction::kCopy, at, {}});
+          if ((node + 1) % nNodes != qNode) s->sends.push_back({netNext, tag, at, b, have});
+        }
+      }
+      const uint64_t tag = tagOf(kPhaseNodeAg, q, j);  // 2. around the node from the holder
+      if (r == holder) {
+        s->sends.push_back({nodeNext, tag, from, b, have});
+      } else {
+        int32_t ri = addRecv(s, {nodePrev, tag, b, RecvAction::kCopy, at, {}});
+        if (nodeNext != holder) s->sends.push_back({nodeNext, tag, at, b, ri});
+      }
+    }
+  }
+}
+
+// Two-level reduce-scatter (uniform nodes of k > 1 ranks, N > 1 nodes):
+//   1. inside each node, block q is reduced around the node's ring to the
+//      rank with q's local index (the node's partial sum of block q),
+//   2. across nodes, the ranks with that local index reduce the partials of
+//      block q around their ring, ending at q.
+// Premulsum scales the input once up front (scratch), then everything sums.
+void twoLevelReduceScatter(Schedule* s, const CollArgs& a) {
+  const NodeMap& nm = *a.nodes;
+  const int n = a.nranks, r = a.rank, node = nm.nodeOf[r], nNodes = nm.nNodes(), l = nm.localOf[r];
+  const std::vector<int>& mine = nm.nodes[node];
+  const int k = static_cast<int>(mine.size());
+  const int nodeNext = mine[(l + 1) % k], nodePrev = mine[(l + k - 1) % k];
+  const int netNext = nm.nodes[(node + 1) % nNodes][l];
+  const int netPrev = nm.nodes[(node + nNodes - 1) % nNodes][l];
+  const size_t blk = a.count * a.elemSize, all = blk * n;
+  addPeers(s, {nodeNext, nodePrev, netNext, netPrev}, r);
+  Buf inputBuf = Buf::kSend;
+  size_t inputBase = 0, partialBase = 0;
+  if (a.spec.op == RedOp::kPreMulSum) {
+    s->local.push_back({LocalKind::kScale, {Buf::kScratch, 0}, {Buf::kSend, 0}, all});
+    s->spec.op = RedOp::kSum;
+    inputBuf = Buf::kScratch;
+    partialBase = all;
+  }
+  s->scratchBytes = partialBase + all;
+  const auto sl = slices(blk, a.elemSize, a.chunkBytes);
+  for (int q = 0; q < n; ++q) {
+    const int qNode = nm.nodeOf[q], qLocal = nm.localOf[q];
+    for (size_t j = 0; j < sl.size(); ++j) {
+      const size_t off = q * blk + sl[j].off, b = sl[j].bytes;
+      const Ref input{inputBuf, inputBase + off}, partial{Buf::kScratch, partialBase + off};
+      // 1. Node ring from the successor of local index qLocal to it.
+      const uint64_t tag = tagOf(kPhaseNodeRs, q, j);
+      Ref value = partial;
+      int32_t ready = -1;
+      if (l == (qLocal + 1) % k) {
+        s->sends.push_back({nodeNext, tag, input, b, -1});
+      } else {
+        ready = addRecv(s, {nodePrev, tag, b, RecvAction::kReduce, partial, input});
+        if (l != qLocal) s->sends.push_back({nodeNext, tag, partial, b, ready});
+      }
+      if (l != qLocal) continue;
+      // 2. Across nodes, from the node after q's to q's.
+      const uint64_t netTag = tagOf(kPhaseNetRs, q, j);
+      if (node == (qNode + 1) % nNodes) {
+        s->sends.push_back({netNext, netTag, value, b, ready});
+      } else {
+        const bool final = q == r;
+        RecvStep rs{netPrev, netTag, b, RecvAction::kReduce,
+                    final ? Ref{Buf::kRecv, sl[j].off} : partial, value};
+        rs.after = ready;
+        rs.finalize = final && a.spec.divisor > 1;
+        int32_t ri = addRecv(s, rs);
+        if (!final) s->sends.push_back({netNext, netTag, partial, b, ri});
+      }
+    }
+  }
+}
+
+}  // namespace tutti::algo

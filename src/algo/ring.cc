@@ -263,12 +263,22 @@ Schedule makeSchedule(const CollArgs& a) {
       break;
     }
     case Collective::kReduceScatter:
-      ringReduce(&s, a, false);
-      s.algorithm = "ring";
+      if (useTwoLevelGather(a)) {
+        twoLevelReduceScatter(&s, a);
+        s.algorithm = "hierarchical";
+      } else {
+        ringReduce(&s, a, false);
+        s.algorithm = "ring";
+      }
       break;
     case Collective::kAllGather:
-      ringAllGather(&s, a);
-      s.algorithm = "ring";
+      if (useTwoLevelGather(a)) {
+        twoLevelAllGather(&s, a);
+        s.algorithm = "hierarchical";
+      } else {
+        ringAllGather(&s, a);
+        s.algorithm = "ring";
+      }
       break;
     case Collective::kBroadcast:
       ringBroadcast(&s, a);

@@ -89,5 +89,9 @@ void recursiveDoublingAllReduce(Schedule* s, const CollArgs& a);
 // Two-level all-reduce across nodes (hierarchical.cc): hierarchical
 // (`viaLeaders` false) or 2D-ring (true). Needs a.nodes with >= 2 nodes.
 void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders);
+// Two-level all-gather and reduce-scatter (hierarchical.cc): uniform nodes
+// of more than one rank, more than one node.
+void twoLevelAllGather(Schedule* s, const CollArgs& a);
+void twoLevelReduceScatter(Schedule* s, const CollArgs& a);
 
 }  // namespace tutti::algo

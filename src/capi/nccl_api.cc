@@ -368,7 +368,9 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.rdMaxBytes = comm->impl->rdMaxBytes();
     a.nodes = &comm->impl->nodeMap();
     a.cost = &comm->impl->costModel();
-    if (o->coll == Collective::kAllReduce) a.algo = comm->impl->forcedAllReduceAlgo();
+    if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
+        o->coll == Collective::kReduceScatter)
+      a.algo = comm->impl->forcedAlgo();
     algo::Schedule s = algo::makeSchedule(a);
     // Honoured when it names what runs (a two-level algorithm on one node
     // runs as the ring).

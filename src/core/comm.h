@@ -89,10 +89,10 @@ class Comm {
   // cost model the algorithm selection uses.
   const algo::NodeMap& nodeMap() const { return nodeMap_; }
   const algo::CostModel& costModel() const { return costModel_; }
-  // NCCL_ALGO as read at init, and the all-reduce algorithm it forces
-  // (kAuto: none it names exists).
+  // NCCL_ALGO as read at init, and the algorithm it forces for all-reduce,
+  // all-gather and reduce-scatter (kAuto: none it names exists).
   const std::string& algoEnv() const { return algoEnv_; }
-  algo::CollArgs::Algo forcedAllReduceAlgo() const { return forcedAlgo_; }
+  algo::CollArgs::Algo forcedAlgo() const { return forcedAlgo_; }
 
   // The one-shot path for small collectives on one host; null when unused.
   OneShot* oneShot() { return oneShot_.get(); }

@@ -6,6 +6,7 @@
 // that never matches a message is reported as stuck.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -18,16 +19,33 @@
 namespace tutti::algo {
 namespace {
 
+// One rank's memory. `sendAt`/`recvAt` point into `mem` where NCCL's layout
+// puts them: disjoint, or aliased the way in-place calls alias them.
 struct RankState {
   Schedule s;
-  std::vector<uint8_t> send, recv, scratch;
+  std::vector<uint8_t> mem, scratch;
+  uint8_t* sendAt = nullptr;
+  uint8_t* recvAt = nullptr;
   std::vector<bool> sent, recvd;
-  uint8_t* at(Ref ref, bool inPlace) {
+  // Separate buffers, or (inPlace) one buffer of max(sendBytes, recvBytes)
+  // with the smaller of the two at byte `shift` of it.
+  void layout(size_t sendBytes, size_t recvBytes, bool inPlace, size_t shift) {
+    if (!inPlace) {
+      mem.assign(sendBytes + recvBytes, 0xEE);
+      sendAt = mem.data();
+      recvAt = mem.data() + sendBytes;
+      return;
+    }
+    mem.assign(std::max(sendBytes, recvBytes), 0xEE);
+    sendAt = mem.data() + (sendBytes < recvBytes ? shift : 0);
+    recvAt = mem.data() + (recvBytes < sendBytes ? shift : 0);
+  }
+  uint8_t* at(Ref ref) {
     switch (ref.buf) {
       case Buf::kSend:
-        return (inPlace ? recv.data() : send.data()) + ref.off;
+        return sendAt + ref.off;
       case Buf::kRecv:
-        return recv.data() + ref.off;
+        return recvAt + ref.off;
       case Buf::kScratch:
         return scratch.data() + ref.off;
       default:
@@ -37,13 +55,13 @@ struct RankState {
 };
 
 // Runs the schedules of every rank; returns false (with a message) when stuck.
-bool interpret(std::vector<RankState>& ranks, bool inPlace, uint32_t seed, std::string* why) {
+bool interpret(std::vector<RankState>& ranks, uint32_t seed, std::string* why) {
   std::mt19937 rng(seed);
   std::map<std::tuple<int, int, uint64_t>, std::vector<uint8_t>> wire;  // (from, to, tag)
   for (auto& st : ranks)
     for (const LocalStep& l : st.s.local) {
-      uint8_t* dst = st.at(l.dst, inPlace);
-      const uint8_t* src = st.at(l.src, inPlace);
+      uint8_t* dst = st.at(l.dst);
+      const uint8_t* src = st.at(l.src);
       const size_t es = dataTypeSize(st.s.spec.dt);
       if (l.kind == LocalKind::kCopy) memmove(dst, src, l.bytes);
       if (l.kind == LocalKind::kScale)
@@ -87,7 +105,7 @@ bool interpret(std::vector<RankState>& ranks, bool inPlace, uint32_t seed, std::
     RankState& st = ranks[r];
     if (!isRecv) {
       const SendStep& sd = st.s.sends[i];
-      const uint8_t* src = st.at(sd.src, inPlace);
+      const uint8_t* src = st.at(sd.src);
       auto key = std::make_tuple(r, sd.peer, sd.tag);
       if (wire.count(key)) {
         *why = "duplicate tag " + std::to_string(sd.tag) + " from " + std::to_string(r);
@@ -103,15 +121,15 @@ bool interpret(std::vector<RankState>& ranks, bool inPlace, uint32_t seed, std::
         *why = "size mismatch on tag " + std::to_string(rs.tag);
         return false;
       }
-      uint8_t* dst = st.at(rs.dst, inPlace);
+      uint8_t* dst = st.at(rs.dst);
       const ReduceSpec& spec = st.s.spec;
       const size_t es = dataTypeSize(spec.dt), count = rs.bytes / es;
       if (rs.action == RecvAction::kCopy) {
         memcpy(dst, in.data(), rs.bytes);
       } else if (spec.op == RedOp::kPreMulSum) {
-        cpu::preMulReduce(dst, in.data(), st.at(rs.local, inPlace), count, spec.dt, spec.scalar);
+        cpu::preMulReduce(dst, in.data(), st.at(rs.local), count, spec.dt, spec.scalar);
       } else {
-        cpu::reduce(dst, in.data(), st.at(rs.local, inPlace), count, spec.dt, spec.op);
+        cpu::reduce(dst, in.data(), st.at(rs.local), count, spec.dt, spec.op);
       }
       if (rs.finalize) cpu::divide(dst, dst, count, spec.dt, spec.divisor);
       st.recvd[i] = true;
@@ -172,18 +190,17 @@ void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, Red
       if (algo != CollArgs::Algo::kAuto && nm.nNodes() > 1) {
         EXPECT_STREQ(st.s.algorithm.c_str(), algoName(algo));
       }
-      st.send.resize(count * 4);
-      st.recv.assign(count * 4, 0xEE);
+      st.layout(count * 4, count * 4, inPlace, 0);
       st.scratch.resize(st.s.scratchBytes);
       st.sent.assign(st.s.sends.size(), false);
       st.recvd.assign(st.s.recvs.size(), false);
-      auto* v = reinterpret_cast<int32_t*>(inPlace ? st.recv.data() : st.send.data());
+      auto* v = reinterpret_cast<int32_t*>(st.sendAt);
       for (size_t i = 0; i < count; ++i) v[i] = (r + 1) * 1000 + static_cast<int32_t>(i % 997);
     }
     std::string why;
-    ASSERT_TRUE(interpret(ranks, inPlace, seed, &why)) << why;
+    ASSERT_TRUE(interpret(ranks, seed, &why)) << why;
     for (int r = 0; r < n; ++r) {
-      const auto* got = reinterpret_cast<const int32_t*>(ranks[r].recv.data());
+      const auto* got = reinterpret_cast<const int32_t*>(ranks[r].recvAt);
       for (size_t i = 0; i < count; ++i) {
         int64_t sum = 0;
         for (int q = 0; q < n; ++q) sum += (q + 1) * 1000 + static_cast<int64_t>(i % 997);
@@ -214,6 +231,86 @@ TEST(TwoLevelAllReduce, AverageAndPreMulSum) {
     checkAllReduce({{2, 2}}, algo, 64, RedOp::kPreMulSum, 0, true, 16);
     checkAllReduce({{3, 1}}, algo, 17, RedOp::kPreMulSum, 0, false, 1 << 20);
   }
+}
+
+// All-gather and reduce-scatter of int32 blocks of `count` elements; rank q's
+// send element i is (q+1)*1000 + i % 997. Checked on every rank.
+void checkGather(const Layout& layout, Collective coll, CollArgs::Algo algo, size_t count,
+                 RedOp op, int64_t divisor, bool inPlace, const char* expectAlgo) {
+  const NodeMap nm = mapOf(layout);
+  const int n = static_cast<int>(nm.nodeOf.size());
+  const bool rs = coll == Collective::kReduceScatter;
+  const size_t blk = count * 4, sendBytes = rs ? blk * n : blk, recvBytes = rs ? blk : blk * n;
+  SCOPED_TRACE(testing::Message() << (rs ? "reduce-scatter" : "all-gather") << " ranks " << n
+                                  << " nodes " << nm.nNodes() << " count " << count
+                                  << " inPlace " << inPlace);
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    std::vector<RankState> ranks(n);
+    for (int r = 0; r < n; ++r) {
+      CollArgs a;
+      a.coll = coll;
+      a.rank = r;
+      a.nranks = n;
+      a.count = count;
+      a.elemSize = 4;
+      a.spec.dt = DataType::kInt32;
+      a.spec.op = op;
+      a.spec.divisor = divisor;
+      a.spec.scalar = 2.0;
+      a.inPlace = inPlace;
+      a.chunkBytes = 64;
+      a.algo = algo;
+      a.nodes = &nm;
+      RankState& st = ranks[r];
+      st.s = makeSchedule(a);
+      EXPECT_EQ(st.s.algorithm, expectAlgo);
+      st.layout(sendBytes, recvBytes, inPlace, r * blk);
+      st.scratch.resize(st.s.scratchBytes);
+      st.sent.assign(st.s.sends.size(), false);
+      st.recvd.assign(st.s.recvs.size(), false);
+      auto* v = reinterpret_cast<int32_t*>(st.sendAt);
+      for (size_t i = 0; i < sendBytes / 4; ++i)
+        v[i] = (r + 1) * 1000 + static_cast<int32_t>(i % 997);
+    }
+    std::string why;
+    ASSERT_TRUE(interpret(ranks, seed, &why)) << why;
+    for (int r = 0; r < n; ++r) {
+      const auto* got = reinterpret_cast<const int32_t*>(ranks[r].recvAt);
+      for (size_t e = 0; e < recvBytes / 4; ++e) {
+        int64_t want;
+        if (rs) {
+          const size_t i = r * count + e;
+          want = 0;
+          for (int q = 0; q < n; ++q) want += (q + 1) * 1000 + static_cast<int64_t>(i % 997);
+          if (op == RedOp::kPreMulSum) want *= 2;
+          if (divisor > 1) want /= divisor;
+        } else {
+          const int q = static_cast<int>(e / count);
+          want = (q + 1) * 1000 + static_cast<int64_t>((e % count) % 997);
+        }
+        ASSERT_EQ(got[e], want) << "rank " << r << " element " << e << " seed " << seed;
+      }
+    }
+  }
+}
+
+TEST(TwoLevelGather, UniformLayoutsAndFallbacks) {
+  for (Collective coll : {Collective::kAllGather, Collective::kReduceScatter})
+    for (size_t count : {size_t{1}, size_t{7}, size_t{40}})
+      for (bool inPlace : {false, true}) {
+        checkGather({{2, 2}}, coll, Algo::kAuto, count, RedOp::kSum, 0, inPlace, "hierarchical");
+        checkGather({{3, 3, 3}}, coll, Algo::kHierarchical, count, RedOp::kSum, 0, inPlace,
+                    "hierarchical");
+        checkGather({{2, 2, 2}, true}, coll, Algo::kAuto, count, RedOp::kSum, 0, inPlace,
+                    "hierarchical");
+        checkGather({{1, 2, 3}}, coll, Algo::kHierarchical, count, RedOp::kSum, 0, inPlace, "ring");
+        checkGather({{2, 2}}, coll, Algo::kRing, count, RedOp::kSum, 0, inPlace, "ring");
+        checkGather({{1, 1, 1}}, coll, Algo::kAuto, count, RedOp::kSum, 0, inPlace, "ring");
+      }
+  checkGather({{2, 2}}, Collective::kReduceScatter, Algo::kAuto, 9, RedOp::kPreMulSum, 0, false,
+              "hierarchical");
+  checkGather({{3, 3}}, Collective::kReduceScatter, Algo::kAuto, 9, RedOp::kSum, 6, true,
+              "hierarchical");
 }
 
 TEST(TwoLevelAllReduce, OneNodeFallsBackToRing) {
@@ -247,6 +344,7 @@ TEST(RingOrder, NodeRanksAdjacent) {
     a.count = 8;
     a.elemSize = 4;
     a.nodes = &nm;
+    a.algo = Algo::kRing;  // (auto would take the two-level all-gather here)
     Schedule s = makeSchedule(a);
     for (const SendStep& sd : s.sends) crossing += nm.nodeOf[sd.peer] != nm.nodeOf[r];
   }
