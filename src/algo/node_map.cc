@@ -38,4 +38,10 @@ bool NodeMap::uniform() const {
   return true;
 }
 
+std::vector<int> NodeMap::ringOrder() const {
+  std::vector<int> order;
+  for (const auto& n : nodes) order.insert(order.end(), n.begin(), n.end());
+  return order;
+}
+
 }  // namespace tutti::algo

@@ -109,6 +109,8 @@ struct NodeMap {
   int nNodes() const { return static_cast<int>(nodes.size()); }
   int maxPerNode() const;
   bool uniform() const;  // every node has the same number of ranks
+  // The ranks node after node: the order every ring follows.
+  std::vector<int> ringOrder() const;
 };
 
 // Latency and bandwidth of one class of link, as the cost model sees it.

@@ -52,8 +52,7 @@ struct RingOrder {
   std::vector<int> posOf;   // rank -> position
   explicit RingOrder(const CollArgs& a) : rankAt(a.nranks), posOf(a.nranks) {
     if (a.nodes) {
-      rankAt.clear();
-      for (const auto& node : a.nodes->nodes) rankAt.insert(rankAt.end(), node.begin(), node.end());
+      rankAt = a.nodes->ringOrder();
     } else {
       for (int i = 0; i < a.nranks; ++i) rankAt[i] = i;
     }

@@ -86,6 +86,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
                  "hierarchical; other collectives have one algorithm each (ring, chain or direct)",
                  *algo);
   }
+  // A bad TUTTI_TEST_NODES fails on every rank before anyone waits for it.
+  TUTTI_RETURN_IF_ERROR(nodeMapFor(std::vector<uint64_t>(nranks, 0)).status());
   TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));
   c->shm_ = transport::makeShmTransport();
   c->tcp_ = transport::makeTcpTransport();
@@ -93,10 +95,6 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   for (auto& v : c->channels_) v.resize(c->nChannels_);
   c->pairSeq_.assign(nranks, 0);
 
-  if (nranks > 1) {
-    int next = (rank + 1) % nranks, prev = (rank - 1 + nranks) % nranks;
-    TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
-  }
   int local = 0;
   std::vector<uint64_t> hosts;
   for (int r = 0; r < nranks; ++r) {
@@ -104,6 +102,11 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     local += c->sameHost(r);
   }
   TUTTI_ASSIGN_OR_RETURN(c->nodeMap_, nodeMapFor(hosts));
+  // Ring neighbours as the rings run (a node's ranks adjacent).
+  const std::vector<int> ring = c->nodeMap_.ringOrder();
+  const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  const int next = ring[(pos + 1) % nranks], prev = ring[(pos + nranks - 1) % nranks];
+  if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > usableCpus();
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
@@ -111,7 +114,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
              "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
              "via {} - Init COMPLETE",
              c->commHash(), rank, nranks, nodes, c->nChannels_, c->chunkBytes_, c->bufferBytes_,
-             (rank + 1) % nranks, nranks > 1 ? c->transportName((rank + 1) % nranks) : "self");
+             next, nranks > 1 ? c->transportName(next) : "self");
   return c;
 }
 
