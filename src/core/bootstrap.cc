@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "core/log.h"
 #include "core/params.h"
+#include "topology/topology.h"
 
 namespace tutti::core {
 namespace {
@@ -179,22 +179,6 @@ Status startRoot(const net::SockAddr& bindAddr, UniqueIdData* id) {
 
 }  // namespace
 
-uint64_t localHostId() {
-  if (auto v = params::get("TUTTI_HOST_ID")) return fnv1a(v->data(), v->size());
-  std::string h = localHostName();
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string bootId;
-  std::getline(boot, bootId);
-  h += "|" + bootId;
-  return fnv1a(h.data(), h.size());
-}
-
-std::string localHostName() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
 Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
   UniqueIdData id{};
   id.magic = kIdMagic;
@@ -217,7 +201,7 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
     return errnoError("getrandom", errno);
   std::string ifName;
   TUTTI_ASSIGN_OR_RETURN(net::SockAddr ext, net::selectInterface(&ifName));
-  id.rootHostId = localHostId();
+  id.rootHostId = topo::localHostId();
   net::SockAddr bindAddr = ext;
   if (!net::interfacePinned()) {
     bindAddr = net::wildcardAddr(ext.family());
@@ -264,7 +248,7 @@ Status Bootstrap::start() {
         startRoot(rootAddr, &copy)
             .withContext("NCCL_COMM_ID=" + rootAddr.str() + ": rank 0 cannot listen there"));
   }
-  if ((id_.flags & kIdRootWildcard) && id_.rootHostId == localHostId()) {
+  if ((id_.flags & kIdRootWildcard) && id_.rootHostId == topo::localHostId()) {
     rootAddr = net::loopbackAddr(rootAddr.family());
     rootAddr.setPort(id_.port);
   }
@@ -284,9 +268,9 @@ Status Bootstrap::start() {
   req.nranks = nranks_;
   req.info.rank = rank_;
   req.info.pid = getpid();
-  req.info.hostId = localHostId();
+  req.info.hostId = topo::localHostId();
   toWire(localAddr_, &req.info.family, &req.info.port, req.info.ip);
-  snprintf(req.info.hostname, sizeof(req.info.hostname), "%s", localHostName().c_str());
+  snprintf(req.info.hostname, sizeof(req.info.hostname), "%s", topo::localHostName().c_str());
   req.info.nranks = nranks_;
   req.info.reserved = pinned ? 0 : kPeerFlagWildcard;
 

@@ -73,9 +73,6 @@ struct PeerInfo {
 static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
 static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processes");
 
-// This process's host identity: TUTTI_HOST_ID if set, else hostname + boot id.
-uint64_t localHostId();
-std::string localHostName();
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);

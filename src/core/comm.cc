@@ -8,6 +8,7 @@
 #include "core/backoff.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "topology/topology.h"
 
 namespace tutti::core {
 namespace {
@@ -95,6 +96,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   for (auto& v : c->channels_) v.resize(c->nChannels_);
   c->pairSeq_.assign(nranks, 0);
 
+  TUTTI_RETURN_IF_ERROR(c->agreeOnSelection());
   int local = 0;
   std::vector<uint64_t> hosts;
   for (int r = 0; r < nranks; ++r) {
@@ -116,6 +118,44 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
              c->commHash(), rank, nranks, nodes, c->nChannels_, c->chunkBytes_, c->bufferBytes_,
              next, nranks > 1 ? c->transportName(next) : "self");
   return c;
+}
+
+// What every rank must agree on to pick the same algorithm for the same call:
+// rank 0's cost model, TUTTI_RD_MAX and NCCL_ALGO. Link figures come from the
+// topology (measured figures recorded in a TUTTI_TOPO_FILE) or the defaults.
+Status Comm::agreeOnSelection() {
+  struct Choice {
+    double intraLatencyUs, intraBandwidthGBs, interLatencyUs, interBandwidthGBs;
+    uint64_t rdMaxBytes;
+    int32_t forcedAlgo;
+    int32_t reserved;
+  };
+  static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
+  TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
+  algo::CostModel mine;
+  mine.intra.latencyUs = t.intraLatencyUs.value_or(mine.intra.latencyUs);
+  mine.intra.bandwidthGBs = t.intraBandwidthGBs.value_or(mine.intra.bandwidthGBs);
+  mine.inter.latencyUs = t.interLatencyUs.value_or(mine.inter.latencyUs);
+  mine.inter.bandwidthGBs = t.interBandwidthGBs.value_or(mine.inter.bandwidthGBs);
+  std::vector<Choice> all(nranks_);
+  all[rank_] = {mine.intra.latencyUs, mine.intra.bandwidthGBs, mine.inter.latencyUs,
+                mine.inter.bandwidthGBs, rdMaxBytes_, static_cast<int32_t>(forcedAlgo_), 0};
+  TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
+  const Choice& c = all[0];
+  costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
+  costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
+  if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_))
+    TUTTI_WARN("TUTTI_RD_MAX or NCCL_ALGO differ from rank 0's; rank 0's settings apply so that "
+               "every rank picks the same algorithm");
+  rdMaxBytes_ = c.rdMaxBytes;
+  forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
+  if (rank_ == 0)
+    TUTTI_INFO(log::kTuning,
+               "cost model: intra-node {} us {} GB/s, inter-node {} us {} GB/s{}",
+               costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
+               costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
+               t.interBandwidthGBs ? " (from the topology file)" : " (defaults)");
+  return Status::ok();
 }
 
 Comm::~Comm() {

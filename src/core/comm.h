@@ -136,6 +136,7 @@ class Comm {
  private:
   Comm() = default;
   Status connectPair(int peer);
+  Status agreeOnSelection();
   // Shared memory for peers on this host (unless NCCL_SHM_DISABLE), else TCP.
   transport::Transport* transportFor(int peer) const;
 

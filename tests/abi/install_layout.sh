@@ -9,7 +9,7 @@ trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" > /dev/null
 for f in include/nccl.h include/tutti/tutti.h include/tutti/backend_plugin.h lib/libtutti.so \
          lib/tutti-nccl/libnccl.so.2 lib/pkgconfig/tutti.pc lib/cmake/tutti/tuttiConfig.cmake \
-         bin/tutti-perf; do
+         bin/tutti-perf bin/tutti-topo; do
   [ -e "$prefix/$f" ] || { echo "missing $f"; exit 1; }
 done
 [ -d "$prefix/lib/tutti" ] || { echo "missing lib/tutti/"; exit 1; }

@@ -1,0 +1,632 @@
+// Topology: discovery on this machine, the XML round trip with tutti's
+// attributes, nearest-device logic on a hand-made two-socket fixture, the
+// environment (TUTTI_HOST_ID, TUTTI_TOPO_FILE, TUTTI_TOPO_DUMP_FILE), describe()
+// and thread binding.
+#include "topology/topology.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/params.h"
+
+namespace tutti::topo {
+namespace {
+
+std::string fixturePath() {
+  std::string here = __FILE__;
+  return here.substr(0, here.find_last_of('/')) + "/data/topo_2numa_gpu_nic.xml";
+}
+
+std::string tempPath(const std::string& name) {
+  return ::testing::TempDir() + "tutti_topo_" + std::to_string(getpid()) + "_" + name;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Unsets the variables the topology reads, before and after each test.
+class TopoEnv : public ::testing::Test {
+ protected:
+  void SetUp() override { clear(); }
+  void TearDown() override { clear(); }
+  static void clear() {
+    for (const char* v :
+         {"TUTTI_HOST_ID", "TUTTI_TOPO_FILE", "TUTTI_TOPO_DUMP_FILE", "NCCL_TOPO_FILE"})
+      unsetenv(v);
+    params::resetForTesting();
+  }
+};
+
+using TopologyDiscover = TopoEnv;
+using TopologyXml = TopoEnv;
+using TopologyFixture = TopoEnv;
+using TopologyEnv = TopoEnv;
+
+// The CPU ids this process may run on.
+std::set<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::set<int> out;
+  for (int i = 0; i < CPU_SETSIZE; ++i)
+    if (CPU_ISSET(i, &set)) out.insert(i);
+  return out;
+}
+
+std::set<int> threadCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(set), &set), 0);
+  std::set<int> out;
+  for (int i = 0; i < CPU_SETSIZE; ++i)
+    if (CPU_ISSET(i, &set)) out.insert(i);
+  return out;
+}
+
+// ---- discovery ---------------------------------------------------------------------
+
+TEST_F(TopologyDiscover, CountsMatchTheMachine) {
+  auto r = discover();
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  const Topology& t = r.value();
+  EXPECT_GE(t.puCount, 1);
+  EXPECT_GE(t.coreCount, 1);
+  EXPECT_LE(t.coreCount, t.puCount);
+  ASSERT_GE(t.numaNodes.size(), 1u);
+  EXPECT_GE(t.packages.size(), 1u);
+
+  // hwloc on its own (no I/O) agrees.
+  hwloc_topology_t h;
+  ASSERT_EQ(hwloc_topology_init(&h), 0);
+  ASSERT_EQ(hwloc_topology_load(h), 0);
+  EXPECT_EQ(t.puCount, hwloc_get_nbobjs_by_type(h, HWLOC_OBJ_PU));
+  EXPECT_EQ(t.coreCount, hwloc_get_nbobjs_by_type(h, HWLOC_OBJ_CORE));
+  EXPECT_EQ(static_cast<int>(t.numaNodes.size()), hwloc_get_nbobjs_by_type(h, HWLOC_OBJ_NUMANODE));
+  hwloc_topology_destroy(h);
+
+  // And so does sysconf, unless a cgroup hides some online CPUs from us.
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (static_cast<long>(allowedCpus().size()) == online) {
+    EXPECT_EQ(t.puCount, online);
+  }
+
+  // Every PU is in exactly one NUMA node's cpu list (nodes without CPUs allowed).
+  std::multiset<int> inNodes;
+  for (const auto& n : t.numaNodes) {
+    inNodes.insert(n.cpus.begin(), n.cpus.end());
+    EXPECT_GT(n.localMemoryBytes, 0u) << "NUMA " << n.osIndex;
+  }
+  EXPECT_EQ(static_cast<int>(inNodes.size()), t.puCount);
+  EXPECT_EQ(std::set<int>(inNodes.begin(), inNodes.end()).size(), inNodes.size());
+  // The CPUs we run on are among them.
+  for (int cpu : allowedCpus()) EXPECT_EQ(inNodes.count(cpu), 1u) << "cpu " << cpu;
+
+  // Caches have sane figures.
+  for (const auto& c : t.caches) {
+    EXPECT_GE(c.level, 1);
+    EXPECT_GT(c.sizeBytes, 0u);
+    EXPECT_GE(c.sharedByPus, 1);
+    EXPECT_GE(c.count, 1);
+  }
+  // PCI devices are well-formed; accelerators point at NICs or nothing.
+  for (const auto& d : t.pci) {
+    EXPECT_EQ(d.busId.size(), 12u) << d.busId;
+    if (d.kind == PciKind::kAccelerator && d.nearestNic >= 0) {
+      ASSERT_LT(static_cast<size_t>(d.nearestNic), t.pci.size());
+      EXPECT_EQ(t.pci[d.nearestNic].kind, PciKind::kNic);
+    }
+    if (d.numaNode >= 0) {
+      EXPECT_EQ(d.nearestNuma, d.numaNode);
+    }
+  }
+
+  // Identity.
+  EXPECT_EQ(t.hostname, localHostName());
+  EXPECT_FALSE(t.hostname.empty());
+  EXPECT_EQ(t.bootId, localBootId());
+  EXPECT_EQ(t.hostId, hostIdOf(t.hostname, t.bootId));
+  EXPECT_EQ(t.hostId, localHostId());
+  EXPECT_TRUE(t.hwloc != nullptr);
+}
+
+TEST_F(TopologyDiscover, IsCachedButIdentityIsNot) {
+  auto a = discover();
+  ASSERT_TRUE(a.isOk());
+  auto b = discover();
+  ASSERT_TRUE(b.isOk());
+  EXPECT_EQ(a.value(), b.value());
+  EXPECT_EQ(a->hwloc.get(), b->hwloc.get());  // same hwloc tree: discovered once
+
+  setenv("TUTTI_HOST_ID", "node-b", 1);
+  auto c = discover();
+  ASSERT_TRUE(c.isOk());
+  EXPECT_NE(c->hostId, a->hostId);
+  EXPECT_EQ(c->hostId, localHostId());
+}
+
+TEST_F(TopologyDiscover, ConcurrentCallersGetTheSameAnswer) {
+  std::vector<Topology> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i)
+    threads.emplace_back([&got, i] {
+      auto r = forThisProcess();
+      ASSERT_TRUE(r.isOk()) << r.status().message();
+      got[i] = r.value();
+      (void)describe(got[i]);
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& t : got) {
+    EXPECT_TRUE(t == got[0]);
+    EXPECT_GE(t.puCount, 1);
+  }
+}
+
+// ---- identity --------------------------------------------------------------------------
+
+TEST_F(TopologyEnv, HostIdOverride) {
+  uint64_t natural = localHostId();
+  EXPECT_EQ(natural, hostIdOf(localHostName(), localBootId()));
+  setenv("TUTTI_HOST_ID", "fake-node-1", 1);
+  uint64_t one = localHostId();
+  setenv("TUTTI_HOST_ID", "fake-node-2", 1);
+  uint64_t two = localHostId();
+  EXPECT_NE(one, natural);
+  EXPECT_NE(one, two);
+  setenv("TUTTI_HOST_ID", "fake-node-1", 1);
+  EXPECT_EQ(localHostId(), one);  // stable
+  // FNV-1a 64 of the value: the id bootstrap has always used.
+  uint64_t h = 1469598103934665603ull;
+  for (char ch : std::string("fake-node-1")) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  EXPECT_EQ(one, h);
+  unsetenv("TUTTI_HOST_ID");
+  EXPECT_EQ(localHostId(), natural);
+}
+
+TEST_F(TopologyEnv, BootIdLooksLikeAUuid) {
+  std::string b = localBootId();
+  if (b.empty()) GTEST_SKIP() << "/proc/sys/kernel/random/boot_id not readable";
+  EXPECT_EQ(b.size(), 36u) << b;
+  EXPECT_EQ(b.find('\n'), std::string::npos);
+}
+
+// ---- XML round trip ----------------------------------------------------------------------
+
+TEST_F(TopologyXml, DumpLoadRoundTripPreservesEverything) {
+  auto d = discover();
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  Topology t = d.value();
+  t.intraLatencyUs = 1.25;
+  t.intraBandwidthGBs = 0.1;  // not exact in binary: must still round-trip
+  t.interBandwidthGBs = 12.345678901234567;
+  std::string path = tempPath("roundtrip.xml");
+  ASSERT_TRUE(dumpXml(t, path).isOk());
+
+  std::string xml = readFile(path);
+  EXPECT_NE(xml.find("name=\"TuttiHostname\""), std::string::npos);
+  EXPECT_NE(xml.find("name=\"TuttiBootId\""), std::string::npos);
+  EXPECT_NE(xml.find(fmt::format("name=\"TuttiHostId\" value=\"0x{:016x}\"", t.hostId)),
+            std::string::npos);
+  EXPECT_NE(xml.find("name=\"TuttiIntraLatencyUs\" value=\"1.25\""), std::string::npos);
+  EXPECT_EQ(xml.find("TuttiInterLatencyUs"), std::string::npos);  // unset stays absent
+
+  auto l = loadXml(path);
+  ASSERT_TRUE(l.isOk()) << l.status().message();
+  const Topology& u = l.value();
+  EXPECT_EQ(u.hostname, t.hostname);
+  EXPECT_EQ(u.bootId, t.bootId);
+  EXPECT_EQ(u.hostId, t.hostId);
+  EXPECT_EQ(u.packages, t.packages);
+  EXPECT_EQ(u.numaNodes, t.numaNodes);
+  EXPECT_EQ(u.numaDistances, t.numaDistances);
+  EXPECT_EQ(u.coreCount, t.coreCount);
+  EXPECT_EQ(u.puCount, t.puCount);
+  EXPECT_EQ(u.caches, t.caches);
+  EXPECT_EQ(u.pci, t.pci);
+  EXPECT_EQ(u.intraLatencyUs, 1.25);
+  EXPECT_EQ(u.intraBandwidthGBs, 0.1);
+  EXPECT_EQ(u.interBandwidthGBs, 12.345678901234567);
+  EXPECT_FALSE(u.interLatencyUs.has_value());
+  EXPECT_TRUE(u == t);
+
+  // Dumping the loaded one replaces the Tutti* attributes instead of adding more.
+  Topology v = u;
+  v.intraLatencyUs = 2.5;
+  v.intraBandwidthGBs.reset();
+  v.hostname = "renamed";
+  std::string path2 = tempPath("roundtrip2.xml");
+  ASSERT_TRUE(dumpXml(v, path2).isOk());
+  std::string xml2 = readFile(path2);
+  size_t first = xml2.find("TuttiHostname");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(xml2.find("TuttiHostname", first + 1), std::string::npos);
+  EXPECT_EQ(xml2.find("TuttiIntraBandwidthGBs"), std::string::npos);
+  auto w = loadXml(path2);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_TRUE(w.value() == v);
+  EXPECT_EQ(w->hostname, "renamed");
+  EXPECT_EQ(w->hostId, t.hostId);  // recorded id, not recomputed from the new name
+  std::remove(path.c_str());
+  std::remove(path2.c_str());
+}
+
+TEST_F(TopologyXml, HostIdEnvWinsOverTheFile) {
+  setenv("TUTTI_HOST_ID", "rank-on-node-9", 1);
+  auto l = loadXml(fixturePath());
+  ASSERT_TRUE(l.isOk()) << l.status().message();
+  EXPECT_EQ(l->hostId, localHostId());
+  EXPECT_NE(l->hostId, 0xc0ffee07ull);
+  EXPECT_EQ(l->hostname, "gpu-node-07");  // the rest of the identity is the file's
+}
+
+TEST_F(TopologyXml, PlainLstopoFileTakesHwlocHostName) {
+  // A file without Tutti* attributes (what lstopo writes).
+  std::string path = tempPath("plain.xml");
+  std::string xml = readFile(fixturePath());
+  for (const char* name : {"TuttiHostname", "TuttiBootId", "TuttiHostId", "TuttiIntraLatencyUs",
+                           "TuttiIntraBandwidthGBs"}) {
+    size_t at = xml.find(std::string("<info name=\"") + name);
+    ASSERT_NE(at, std::string::npos) << name;
+    xml.erase(at, xml.find("/>", at) + 2 - at);
+  }
+  std::ofstream(path) << xml;
+  auto l = loadXml(path);
+  ASSERT_TRUE(l.isOk()) << l.status().message();
+  EXPECT_EQ(l->hostname, "gpu-node-07");
+  EXPECT_EQ(l->bootId, "");
+  EXPECT_EQ(l->hostId, hostIdOf("gpu-node-07", ""));
+  EXPECT_FALSE(l->intraLatencyUs.has_value());
+  std::remove(path.c_str());
+}
+
+TEST_F(TopologyXml, BadFilesAreClearErrors) {
+  auto missing = loadXml("/nonexistent/dir/topo.xml");
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("/nonexistent/dir/topo.xml"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("No such file"), std::string::npos)
+      << missing.status().message();
+
+  std::string garbage = tempPath("garbage.xml");
+  std::ofstream(garbage) << "this is not xml <topology";
+  auto g = loadXml(garbage);
+  ASSERT_FALSE(g.isOk());
+  EXPECT_NE(g.status().message().find(garbage), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("hwloc"), std::string::npos) << g.status().message();
+
+  std::string badNumber = tempPath("badnumber.xml");
+  std::string xml = readFile(fixturePath());
+  size_t at = xml.find("value=\"1.5\"");
+  ASSERT_NE(at, std::string::npos);
+  xml.replace(at, 11, "value=\"fast\"");
+  std::ofstream(badNumber) << xml;
+  auto b = loadXml(badNumber);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_NE(b.status().message().find("TuttiIntraLatencyUs"), std::string::npos)
+      << b.status().message();
+  std::remove(garbage.c_str());
+  std::remove(badNumber.c_str());
+
+  Topology handMade;
+  EXPECT_EQ(dumpXml(handMade, tempPath("never.xml")).code(), Code::kInvalidArgument);
+}
+
+// ---- the fixture: two sockets, GPUs and NICs ---------------------------------------------
+
+const PciDevice* byBus(const Topology& t, const std::string& bus) {
+  for (const auto& d : t.pci)
+    if (d.busId == bus) return &d;
+  return nullptr;
+}
+
+TEST_F(TopologyFixture, LoadsEveryField) {
+  auto r = loadXml(fixturePath());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  const Topology& t = r.value();
+  EXPECT_EQ(t.hostname, "gpu-node-07");
+  EXPECT_EQ(t.bootId, "6a1c2f40-7d2e-4b8a-9c51-0f3e2d1b7a99");
+  EXPECT_EQ(t.hostId, 0xc0ffee07ull);
+  EXPECT_EQ(t.intraLatencyUs, 1.5);
+  EXPECT_EQ(t.intraBandwidthGBs, 20.25);
+  EXPECT_FALSE(t.interLatencyUs.has_value());
+  EXPECT_FALSE(t.interBandwidthGBs.has_value());
+
+  ASSERT_EQ(t.packages.size(), 2u);
+  EXPECT_EQ(t.packages[1].osIndex, 1);
+  EXPECT_EQ(t.packages[1].cpuModel, "Fake Xeon 8480 (tutti test fixture)");
+  EXPECT_EQ(t.coreCount, 8);
+  EXPECT_EQ(t.puCount, 16);
+  ASSERT_EQ(t.numaNodes.size(), 2u);
+  EXPECT_EQ(t.numaNodes[0].osIndex, 0);
+  EXPECT_EQ(t.numaNodes[0].cpus, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(t.numaNodes[1].cpus, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(t.numaNodes[1].localMemoryBytes, 64ull << 30);
+  EXPECT_EQ(t.numaDistances, (std::vector<std::vector<uint64_t>>{{10, 21}, {21, 10}}));
+  ASSERT_EQ(t.caches.size(), 2u);
+  EXPECT_EQ(t.caches[0], (Cache{2, CacheType::kUnified, 2ull << 20, 2, 8}));
+  EXPECT_EQ(t.caches[1], (Cache{3, CacheType::kUnified, 32ull << 20, 8, 2}));
+
+  ASSERT_EQ(t.pci.size(), 7u);
+  EXPECT_EQ(t.accelerators().size(), 3u);
+  EXPECT_EQ(t.nics().size(), 3u);
+  const PciDevice* eth = byBus(t, "0000:01:00.0");
+  ASSERT_TRUE(eth);
+  EXPECT_EQ(eth->kind, PciKind::kNic);
+  EXPECT_EQ(eth->netDevs, std::vector<std::string>{"eth0"});
+  EXPECT_EQ(eth->vendorName, "Intel");
+  EXPECT_EQ(eth->name(), "eth0");
+  const PciDevice* vga = byBus(t, "0000:02:00.0");
+  ASSERT_TRUE(vga);
+  EXPECT_EQ(vga->kind, PciKind::kOther);  // a BMC's VGA is no accelerator
+  EXPECT_EQ(vga->classId, 0x0300);
+  const PciDevice* ib = byBus(t, "0000:18:00.0");
+  ASSERT_TRUE(ib);
+  EXPECT_EQ(ib->kind, PciKind::kNic);
+  EXPECT_EQ(ib->ibDevs, std::vector<std::string>{"mlx5_0"});
+  EXPECT_EQ(ib->netDevs, std::vector<std::string>{"ib0"});
+  EXPECT_EQ(ib->name(), "mlx5_0");
+  EXPECT_EQ(ib->vendorId, 0x15b3);
+  EXPECT_EQ(ib->deviceId, 0x101b);
+  EXPECT_EQ(ib->classId, 0x0207);
+  EXPECT_DOUBLE_EQ(ib->linkGBs, 31.51);
+  EXPECT_EQ(ib->numaNode, 0);
+  EXPECT_EQ(ib->nearestNic, -1);  // only accelerators have one
+}
+
+TEST_F(TopologyFixture, NearestNicAndNumaOfEachAccelerator) {
+  auto r = loadXml(fixturePath());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  const Topology& t = r.value();
+
+  // GPU 0 shares a PCIe switch with mlx5_0: that NIC, not eth0 on the same socket.
+  const PciDevice* gpu0 = byBus(t, "0000:17:00.0");
+  ASSERT_TRUE(gpu0);
+  EXPECT_EQ(gpu0->kind, PciKind::kAccelerator);
+  EXPECT_EQ(gpu0->vendorName, "NVIDIA");
+  EXPECT_EQ(gpu0->otherDevs, std::vector<std::string>{"card1"});
+  EXPECT_EQ(gpu0->numaNode, 0);
+  EXPECT_EQ(gpu0->nearestNuma, 0);
+  ASSERT_GE(gpu0->nearestNic, 0);
+  EXPECT_EQ(t.pci[gpu0->nearestNic].busId, "0000:18:00.0");
+  EXPECT_EQ(t.pci[gpu0->nearestNic].name(), "mlx5_0");
+
+  // GPU 1 is on socket 1 with mlx5_1 (separate host bridges, same package).
+  const PciDevice* gpu1 = byBus(t, "0000:97:00.0");
+  ASSERT_TRUE(gpu1);
+  EXPECT_EQ(gpu1->kind, PciKind::kAccelerator);
+  EXPECT_EQ(gpu1->numaNode, 1);
+  EXPECT_EQ(gpu1->nearestNuma, 1);
+  ASSERT_GE(gpu1->nearestNic, 0);
+  EXPECT_EQ(t.pci[gpu1->nearestNic].name(), "mlx5_1");
+
+  // The class-0x12 accelerator hangs off the machine: no local node; the
+  // nearest is decided by the tie rule (lowest OS index), and some NIC is nearest.
+  const PciDevice* acc = byBus(t, "0000:c0:00.0");
+  ASSERT_TRUE(acc);
+  EXPECT_EQ(acc->kind, PciKind::kAccelerator);
+  EXPECT_EQ(acc->vendorName, "Habana");
+  EXPECT_EQ(acc->numaNode, -1);
+  EXPECT_EQ(acc->nearestNuma, 0);
+  ASSERT_GE(acc->nearestNic, 0);
+  EXPECT_EQ(t.pci[acc->nearestNic].kind, PciKind::kNic);
+  // Tie between eth0 (socket 0, 3 hops below the machine) and mlx5_1 (socket 1,
+  // same depth): the first in hwloc's order wins.
+  EXPECT_EQ(t.pci[acc->nearestNic].name(), "eth0");
+}
+
+TEST_F(TopologyFixture, FixtureRoundTrips) {
+  auto r = loadXml(fixturePath());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  std::string path = tempPath("fixture_copy.xml");
+  ASSERT_TRUE(dumpXml(r.value(), path).isOk());
+  auto again = loadXml(path);
+  ASSERT_TRUE(again.isOk()) << again.status().message();
+  EXPECT_TRUE(again.value() == r.value());
+  std::remove(path.c_str());
+}
+
+// ---- describe() ----------------------------------------------------------------------------
+
+TEST(TopologyDescribe, CpuListsAreRanges) {
+  EXPECT_EQ(formatCpuList({}), "");
+  EXPECT_EQ(formatCpuList({3}), "3");
+  EXPECT_EQ(formatCpuList({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(formatCpuList({23, 16, 17, 18, 19, 20, 21, 22, 0, 1, 2, 3, 4, 5, 6, 7, 7}),
+            "0-7,16-23");
+}
+
+TEST_F(TopologyFixture, DescribeMentionsCountsAndDevices) {
+  auto r = loadXml(fixturePath());
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  std::string s = describe(r.value());
+  EXPECT_NE(s.find("host gpu-node-07 (host id 0x00000000c0ffee07"), std::string::npos) << s;
+  EXPECT_NE(s.find("2 packages, 2 NUMA nodes, 8 cores / 16 threads"), std::string::npos) << s;
+  EXPECT_NE(s.find("NUMA 0: cpus 0-7, 64 GiB"), std::string::npos) << s;
+  EXPECT_NE(s.find("NUMA 1: cpus 8-15, 64 GiB"), std::string::npos) << s;
+  EXPECT_NE(s.find("NUMA distances: 0:[10 21] 1:[21 10]"), std::string::npos) << s;
+  EXPECT_NE(s.find("L3 32 MiB shared by 8 threads (2 in all)"), std::string::npos) << s;
+  EXPECT_NE(s.find("GPU 0000:17:00.0 NVIDIA 10de:2330 card1 (31.51 GB/s link) near NUMA 0, "
+                   "nearest NIC mlx5_0 (0000:18:00.0)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("NIC 0000:98:00.0 Mellanox 15b3:101b mlx5_1 ib1"), std::string::npos) << s;
+  EXPECT_NE(s.find("accelerator 0000:c0:00.0 Habana 1da3:1020"), std::string::npos) << s;
+  EXPECT_NE(s.find("nearest NUMA 0"), std::string::npos) << s;
+  EXPECT_NE(s.find("measured: intra-node 1.5 us, 20.25 GB/s; inter-node ? us, ? GB/s"),
+            std::string::npos)
+      << s;
+
+  std::string j = toJson(r.value());
+  EXPECT_EQ(j.front(), '{');
+  EXPECT_EQ(j.back(), '}');
+  EXPECT_NE(j.find("\"hostId\":\"0x00000000c0ffee07\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"busId\":\"0000:17:00.0\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"interLatencyUs\":null"), std::string::npos) << j;
+}
+
+TEST_F(TopologyDiscover, DescribeOfThisMachine) {
+  auto r = discover();
+  ASSERT_TRUE(r.isOk());
+  const Topology& t = r.value();
+  std::string s = describe(t);
+  std::string counts = fmt::format("{} cores / {} threads", t.coreCount, t.puCount);
+  EXPECT_NE(s.find(counts), std::string::npos) << s;
+  EXPECT_NE(s.find(t.numaNodes.size() == 1 ? "1 NUMA node," : "NUMA nodes,"), std::string::npos)
+      << s;
+  EXPECT_NE(s.find("NUMA " + std::to_string(t.numaNodes[0].osIndex) + ": cpus " +
+                   formatCpuList(t.numaNodes[0].cpus)),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find(t.hostname), std::string::npos) << s;
+}
+
+// ---- forThisProcess() and the environment ---------------------------------------------------
+
+TEST_F(TopologyEnv, TopoFileReplacesDiscovery) {
+  setenv("TUTTI_TOPO_FILE", fixturePath().c_str(), 1);
+  auto r = forThisProcess();
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ(r->hostname, "gpu-node-07");
+  EXPECT_EQ(r->puCount, 16);
+}
+
+TEST_F(TopologyEnv, MissingTopoFileIsAClearError) {
+  setenv("TUTTI_TOPO_FILE", "/no/such/topo.xml", 1);
+  auto r = forThisProcess();
+  ASSERT_FALSE(r.isOk());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("TUTTI_TOPO_FILE"), std::string::npos) << m;
+  EXPECT_NE(m.find("/no/such/topo.xml"), std::string::npos) << m;
+  EXPECT_NE(m.find("No such file or directory"), std::string::npos) << m;
+}
+
+TEST_F(TopologyEnv, WithoutVariablesItDiscovers) {
+  setenv("NCCL_TOPO_FILE", "/whatever/nvidia_topo.xml", 1);  // ignored
+  auto r = forThisProcess();
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto d = discover();
+  ASSERT_TRUE(d.isOk());
+  EXPECT_TRUE(r.value() == d.value());
+}
+
+TEST_F(TopologyEnv, DumpFileExpandsHostAndPid) {
+  std::string tmpl = tempPath("dump_%h_%p.xml");
+  setenv("TUTTI_TOPO_DUMP_FILE", tmpl.c_str(), 1);
+  std::string expect =
+      tempPath("dump_" + localHostName() + "_" + std::to_string(getpid()) + ".xml");
+  EXPECT_EQ(expandPathTemplate(tmpl), expect);
+  EXPECT_EQ(expandPathTemplate("a%%h%q%"), "a%h%q%");
+  std::remove(expect.c_str());
+  auto r = forThisProcess();
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  auto back = loadXml(expect);
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back.value() == r.value());
+  std::remove(expect.c_str());
+
+  // An unwritable dump path is not fatal.
+  setenv("TUTTI_TOPO_DUMP_FILE", "/nonexistent/dir/topo.xml", 1);
+  EXPECT_TRUE(forThisProcess().isOk());
+}
+
+// ---- placement ----------------------------------------------------------------------------------
+
+TEST_F(TopologyDiscover, BindNearNodeKeepsTheMaskNonEmpty) {
+  auto r = discover();
+  ASSERT_TRUE(r.isOk());
+  const Topology t = r.value();
+  const std::set<int> allowed = allowedCpus();
+  std::thread([&] {
+    for (const auto& n : t.numaNodes) {
+      ASSERT_TRUE(bindThisThreadNear(t, n.osIndex).isOk());
+      std::set<int> now = threadCpus();
+      ASSERT_FALSE(now.empty());
+      std::set<int> expect;
+      for (int c : n.cpus)
+        if (allowed.count(c)) expect.insert(c);
+      if (!expect.empty()) {
+        EXPECT_EQ(now, expect) << "NUMA " << n.osIndex;
+      }
+    }
+    // Unknown node: an error, mask untouched.
+    std::set<int> before = threadCpus();
+    EXPECT_EQ(bindThisThreadNear(t, 4242).code(), Code::kInvalidArgument);
+    EXPECT_EQ(threadCpus(), before);
+    // A node whose CPUs this process may not use: left as it is.
+    Topology fake = t;
+    fake.numaNodes.push_back(NumaNode{77, {CPU_SETSIZE + 5, CPU_SETSIZE + 6}, 1 << 20});
+    EXPECT_TRUE(bindThisThreadNear(fake, 77).isOk());
+    EXPECT_EQ(threadCpus(), before);
+    NumaNode empty{78, {}, 0};
+    fake.numaNodes.push_back(empty);
+    EXPECT_TRUE(bindThisThreadNear(fake, 78).isOk());
+    EXPECT_EQ(threadCpus(), before);
+    EXPECT_TRUE(bindThisThreadNear(t, -1).isOk());
+    EXPECT_EQ(threadCpus(), before);
+  }).join();
+}
+
+TEST_F(TopologyFixture, BindNearFakeNodeOutsideThisMachineIsANoOp) {
+  auto r = loadXml(fixturePath());
+  ASSERT_TRUE(r.isOk());
+  const std::set<int> allowed = allowedCpus();
+  bool node1Usable = false;
+  for (int c = 8; c < 16; ++c) node1Usable |= allowed.count(c) > 0;
+  std::thread([&] {
+    std::set<int> before = threadCpus();
+    ASSERT_TRUE(bindThisThreadNear(r.value(), 1).isOk());
+    std::set<int> now = threadCpus();
+    EXPECT_FALSE(now.empty());
+    if (!node1Usable) {
+      EXPECT_EQ(now, before);
+    }
+    for (int c : now) EXPECT_TRUE(allowed.count(c)) << c;
+  }).join();
+}
+
+TEST_F(TopologyDiscover, PlaceOnNodeIsBestEffort) {
+  auto r = discover();
+  ASSERT_TRUE(r.isOk());
+  size_t bytes = 4 << 20;
+  void* p = nullptr;
+  ASSERT_EQ(posix_memalign(&p, 4096, bytes), 0);
+  memset(p, 1, bytes);
+  placeOnNode(p, bytes, r->numaNodes[0].osIndex);
+  placeOnNode(p, bytes, 4242);  // no such node: logged, nothing else
+  placeOnNode(p, bytes, -1);
+  placeOnNode(nullptr, bytes, 0);
+  placeOnNode(static_cast<char*>(p) + 1, 100, r->numaNodes[0].osIndex);  // unaligned
+
+  // Where membind works, the pages now sit on that node.
+  hwloc_topology_t h = nullptr;
+  ASSERT_EQ(hwloc_topology_init(&h), 0);
+  ASSERT_EQ(hwloc_topology_load(h), 0);
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  hwloc_membind_policy_t policy;
+  if (hwloc_get_area_membind(h, p, bytes, set, &policy, HWLOC_MEMBIND_BYNODESET) == 0) {
+    EXPECT_TRUE(hwloc_bitmap_isset(set, static_cast<unsigned>(r->numaNodes[0].osIndex)));
+  }
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(h);
+  for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(static_cast<char*>(p)[i], 1);
+  free(p);
+}
+
+}  // namespace
+}  // namespace tutti::topo
