@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "algo/cost_model.h"
 #include "core/backoff.h"
@@ -101,7 +102,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   std::vector<uint64_t> hosts;
   for (int r = 0; r < nranks; ++r) {
     hosts.push_back(c->peer(r).hostId);
-    local += c->sameHost(r);
+    // CPUs are shared by the ranks of one machine, whatever node identity
+    // TUTTI_HOST_ID gives them (emulated nodes share this machine's CPUs).
+    local += strncmp(c->peer(r).hostname, c->peer(rank).hostname, sizeof(PeerInfo::hostname)) == 0;
   }
   TUTTI_ASSIGN_OR_RETURN(c->nodeMap_, nodeMapFor(hosts));
   // Ring neighbours as the rings run (a node's ranks adjacent).

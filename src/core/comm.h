@@ -96,7 +96,8 @@ class Comm {
 
   // The one-shot path for small collectives on one host; null when unused.
   OneShot* oneShot() { return oneShot_.get(); }
-  // More ranks of this communicator on this host than CPUs this process may use.
+  // More ranks of this communicator on this machine (same hostname, whatever
+  // their node identity) than CPUs this process may use.
   bool oversubscribed() const { return oversubscribed_; }
 
   // Per-operation scratch memory owned by the communicator (grown on demand).
