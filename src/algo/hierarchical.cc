@@ -1,30 +1,32 @@
 // Two-level all-reduce: hierarchical and 2D-ring. See schedule.h for the
 // contract and schedule_util.h for tags.
 //
-// The buffer is cut into M segments, M = the most ranks any node has, each
-// segment into slices (chunkBytes), and each slice into N pieces, N = nodes.
-// Node-local rank l of a node with k ranks owns segments s with s % k == l.
+// The buffer is cut into M segments, M = the most ranks any node has, and
+// each segment into slices (chunkBytes). Node-local rank l of a node with k
+// ranks owns segments s with s % k == l.
 //   1. Node reduce-scatter: slice (s, j) travels the node's ring from the
 //      owner's successor to the owner, each rank adding its contribution.
 //   2. 2D-ring only: the owner hands its node's sum to the node leader
-//      (local rank 0). The slice's "holder" is then the leader; in the
+//      (local rank 0). The segment's "holder" is then the leader; in the
 //      hierarchical algorithm the holder is the owner itself.
-//   3. Network all-reduce: the holders of slice (s, j), one per node, run a
-//      ring all-reduce over its N pieces (reduce-scatter then all-gather).
-//      In the hierarchical algorithm the holders of different segments are
-//      different ranks, so every rank of a node drives the network in
-//      parallel; in the 2D-ring only the leaders do.
-//   4. Node all-gather: each final piece travels the node's ring from the
+//   3. Network all-reduce: the holders of segment s, one per node, run a ring
+//      all-reduce over it: N pieces (N = nodes), reduce-scattered then
+//      all-gathered around the nodes. A piece goes in messages cut at the
+//      slice boundaries, so each depends on exactly one slice of step 1 and
+//      a segment takes about N + slices messages, not N x slices. In the
+//      hierarchical algorithm different segments have different holders, so
+//      every rank of a node drives the network in parallel; in the 2D-ring
+//      only the leaders do.
+//   4. Node all-gather: each final message travels the node's ring from the
 //      holder to every other rank.
 // Unequal nodes work unchanged: a node with fewer ranks gives each of them
 // more segments, and a node of one rank skips steps 1, 2 and 4.
 //
-// Every message of steps 3 and 4 depends on exactly one receive of the step
-// before (pieces nest in slices), so slices and pieces pipeline freely. A
-// receive that reduces into a value produced by a receive from another peer
-// names it in `after`. Premulsum scales every input once up front (into the
-// receive buffer) and sums from then on, so the network step's combines are
-// plain sums of partials.
+// Messages of steps 3 and 4 depend on one receive of the step before, so the
+// steps pipeline. A receive that reduces into a value produced by a receive
+// from another peer names it in `after`. Premulsum scales every input once up
+// front (into the receive buffer) and sums from then on, so the network
+// step's combines are plain sums of partials.
 #include "algo/schedule_util.h"
 
 namespace tutti::algo {
@@ -37,6 +39,8 @@ void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders) {
   const int nodeNext = mine[(l + 1) % k], nodePrev = mine[(l + k - 1) % k];
   const size_t es = a.elemSize;
   const bool divides = a.spec.divisor > 1;
+  // Slice grid, in elements (as slices() cuts it).
+  const size_t sliceElems = std::max(es, a.chunkBytes / es * es) / es;
 
   Buf inputBuf = Buf::kSend;
   if (a.spec.op == RedOp::kPreMulSum) {
@@ -58,14 +62,14 @@ void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders) {
     if (r == holder) addPeers(s, {netNext, netPrev}, r);
     if (k > 1) addPeers(s, {nodeNext, nodePrev}, r);
     const auto sl = slices(segLen * es, es, a.chunkBytes);
+
+    // Steps 1 and 2, per slice: the node's sum lies in `value` once receive
+    // ready[j] (-1: at once) has completed.
+    Buf valueBuf = k > 1 ? Buf::kRecv : inputBuf;
+    std::vector<int32_t> ready(sl.size(), -1);
     for (size_t j = 0; j < sl.size(); ++j) {
       const size_t off = segStart * es + sl[j].off, bytes = sl[j].bytes;
       const Ref input{inputBuf, off}, acc{Buf::kRecv, off};
-
-      // 1. Node reduce-scatter to the owner: `value` is where the node's sum
-      // lies once receive `ready` (-1: at once) has completed.
-      Ref value = input;
-      int32_t ready = -1;
       if (k > 1) {
         const uint64_t tag = tagOf(kPhaseNodeRs, seg, j);
         if (l == (ownerL + 1) % k) {
@@ -75,67 +79,58 @@ void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders) {
           if (r != owner)
             s->sends.push_back({nodeNext, tag, acc, bytes, ri});
           else
-            value = acc, ready = ri;
+            ready[j] = ri;
         }
       }
-      // 2. 2D-ring: the owner hands the node's sum to the leader.
-      if (owner != holder) {
+      if (owner != holder) {  // 2D-ring: the owner hands the node's sum to the leader
         const uint64_t tag = tagOf(kPhaseToLeader, seg, j);
         addPeers(s, {r == owner ? holder : owner}, r);
-        if (r == owner) s->sends.push_back({holder, tag, value, bytes, ready});
-        if (r == holder) {
-          ready = addRecv(s, {owner, tag, bytes, RecvAction::kCopy, acc, {}});
-          value = acc;
-        }
+        if (r == owner) s->sends.push_back({holder, tag, acc, bytes, ready[j]});
+        if (r == holder) ready[j] = addRecv(s, {owner, tag, bytes, RecvAction::kCopy, acc, {}});
       }
+    }
 
-      // 3. Network all-reduce of the slice's pieces among the holders; done[y]
-      // is the receive after which piece y is final at this holder.
-      std::vector<int32_t> done(nNodes, -1);
-      const size_t sliceCount = bytes / es;
-      if (r == holder) {
-        for (int y = 0; y < nNodes; ++y) {
-          const auto [pStart, pLen] = segment(sliceCount, nNodes, y);
-          if (pLen == 0) continue;
-          const size_t pOff = pStart * es, pBytes = pLen * es;
-          const Ref pAcc{Buf::kRecv, off + pOff}, pValue{value.buf, value.off + pOff};
-          const uint64_t x = j * static_cast<uint64_t>(nNodes) + y;
+    // Steps 3 and 4, per message: piece y of the segment cut at the slice
+    // grid. (j, y) names a message; the tag index j * N + y is unique.
+    for (int y = 0; y < nNodes; ++y) {
+      const auto [pStart, pLen] = segment(segLen, nNodes, y);
+      if (pLen == 0) continue;
+      for (size_t e = pStart; e < pStart + pLen;) {
+        const size_t j = e / sliceElems;
+        const size_t end = std::min(pStart + pLen, (j + 1) * sliceElems);
+        const size_t off = (segStart + e) * es, bytes = (end - e) * es;
+        e = end;
+        const Ref at{Buf::kRecv, off}, value{valueBuf, off};
+        const uint64_t x = j * static_cast<uint64_t>(nNodes) + y;
+        int32_t done = -1;  // the receive after which this message is final here
+        if (r == holder) {
           const uint64_t rsTag = tagOf(kPhaseNetRs, seg, x), agTag = tagOf(kPhaseNetAg, seg, x);
           if (node == (y + 1) % nNodes) {
-            s->sends.push_back({netNext, rsTag, pValue, pBytes, ready});
+            s->sends.push_back({netNext, rsTag, value, bytes, ready[j]});
           } else {
-            RecvStep rs{netPrev, rsTag, pBytes, RecvAction::kReduce, pAcc, pValue};
-            rs.after = ready;
+            RecvStep rs{netPrev, rsTag, bytes, RecvAction::kReduce, at, value};
+            rs.after = ready[j];
             rs.finalize = node == y && divides;
             int32_t ri = addRecv(s, rs);
             if (node != y) {
-              s->sends.push_back({netNext, rsTag, pAcc, pBytes, ri});
+              s->sends.push_back({netNext, rsTag, at, bytes, ri});
             } else {
-              s->sends.push_back({netNext, agTag, pAcc, pBytes, ri});
-              done[y] = ri;
+              s->sends.push_back({netNext, agTag, at, bytes, ri});
+              done = ri;
             }
           }
           if (node != y) {
-            done[y] = addRecv(s, {netPrev, agTag, pBytes, RecvAction::kCopy, pAcc, {}});
-            if ((node + 1) % nNodes != y) s->sends.push_back({netNext, agTag, pAcc, pBytes, done[y]});
+            done = addRecv(s, {netPrev, agTag, bytes, RecvAction::kCopy, at, {}});
+            if ((node + 1) % nNodes != y) s->sends.push_back({netNext, agTag, at, bytes, done});
           }
         }
-      }
-
-      // 4. Node all-gather of each final piece from the holder.
-      if (k == 1) continue;
-      const int holderL = nm.localOf[holder];
-      for (int y = 0; y < nNodes; ++y) {
-        const auto [pStart, pLen] = segment(sliceCount, nNodes, y);
-        if (pLen == 0) continue;
-        const Ref pAcc{Buf::kRecv, off + pStart * es};
-        const size_t pBytes = pLen * es;
-        const uint64_t tag = tagOf(kPhaseNodeAg, seg, j * static_cast<uint64_t>(nNodes) + y);
+        if (k == 1) continue;
+        const uint64_t tag = tagOf(kPhaseNodeAg, seg, x);  // 4. around the node
         if (r == holder) {
-          s->sends.push_back({nodeNext, tag, pAcc, pBytes, done[y]});
+          s->sends.push_back({nodeNext, tag, at, bytes, done});
         } else {
-          int32_t ri = addRecv(s, {nodePrev, tag, pBytes, RecvAction::kCopy, pAcc, {}});
-          if ((l + 1) % k != holderL) s->sends.push_back({nodeNext, tag, pAcc, pBytes, ri});
+          int32_t ri = addRecv(s, {nodePrev, tag, bytes, RecvAction::kCopy, at, {}});
+          if ((l + 1) % k != nm.localOf[holder]) s->sends.push_back({nodeNext, tag, at, bytes, ri});
         }
       }
     }
