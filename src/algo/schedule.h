@@ -140,8 +140,9 @@ struct CollArgs {
   // All-reduce: recursive doubling up to this many bytes (latency: log2(n)
   // steps of the whole buffer), ring above. `algo` forces one.
   size_t rdMaxBytes = 0;
-  // kTree is recursive doubling (NCCL_ALGO=tree); k2DRing and kHierarchical
-  // are the two-level all-reduces (need `nodes`).
+  // kRecursiveDoubling is NCCL_ALGO=tree; k2DRing and kHierarchical are the
+  // two-level algorithms (need `nodes` with more than one node; kHierarchical
+  // also selects the two-level all-gather and reduce-scatter).
   enum class Algo : uint8_t {
     kAuto,
     kRing,
@@ -155,8 +156,10 @@ struct CollArgs {
   const CostModel* cost = nullptr;
 };
 
-// The schedule for one rank: ring / chain / direct (src/algo/ring.cc) or
-// recursive doubling (src/algo/recursive_doubling.cc), chosen by size.
+// The schedule for one rank: ring / chain / direct (src/algo/ring.cc),
+// recursive doubling (src/algo/recursive_doubling.cc) or two-level
+// (src/algo/hierarchical.cc), chosen by the cost model (src/algo/cost_model.h)
+// unless `algo` forces one.
 Schedule makeSchedule(const CollArgs& a);
 
 // Point-to-point: the messages of one ncclSend/ncclRecv (chunked).

@@ -85,7 +85,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     if (auto algo = params::get("NCCL_ALGO"))
       TUTTI_INFO(log::kEnv,
                  "NCCL_ALGO={}: all-reduce honours ring, tree (recursive doubling), 2dring and "
-                 "hierarchical; other collectives have one algorithm each (ring, chain or direct)",
+                 "hierarchical, all-gather and reduce-scatter ring and hierarchical; other "
+                 "collectives have one algorithm each (chain or direct)",
                  *algo);
   }
   // A bad TUTTI_TEST_NODES fails on every rank before anyone waits for it.
