@@ -17,10 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "common/cli_parse.h"
 #include "sim.h"
 
 namespace tutti::sim {
 namespace {
+
+using bench::endsWith;
+using bench::flagName;
+using bench::parseLong;
+using bench::parseSize;
 
 using algo::CollArgs;
 using algo::Collective;
@@ -87,44 +93,9 @@ struct Options {
   bool gradGiven = false;
 };
 
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-// A byte count with an optional K, M, G or T (binary) and optional B / iB:
-// 8, 1K, 100M, 1.5GB (as tutti-perf).
-bool parseSize(const char* text, size_t* out) {
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (end == text || errno != 0 || !(v >= 0) || std::isinf(v)) return false;
-  std::string suffix(end);
-  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (endsWith(suffix, "IB"))
-    suffix.resize(suffix.size() - 2);
-  else if (!suffix.empty() && suffix.back() == 'B')
-    suffix.pop_back();
-  double mult = 1;
-  if (suffix == "K")
-    mult = 1024.0;
-  else if (suffix == "M")
-    mult = 1024.0 * 1024;
-  else if (suffix == "G")
-    mult = 1024.0 * 1024 * 1024;
-  else if (suffix == "T")
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty())
-    return false;
-  double bytes = std::floor(v * mult);
-  if (bytes > static_cast<double>(size_t{1} << 50)) return false;
-  *out = static_cast<size_t>(bytes);
-  return true;
 }
 
 bool parseDouble(const char* text, double lo, double* out) {
@@ -132,15 +103,6 @@ bool parseDouble(const char* text, double lo, double* out) {
   char* end = nullptr;
   double v = std::strtod(text, &end);
   if (end == text || *end != '\0' || errno != 0 || !(v >= lo) || std::isinf(v)) return false;
-  *out = v;
-  return true;
-}
-
-bool parseInt(const char* text, long lo, long hi, long* out) {
-  errno = 0;
-  char* end = nullptr;
-  long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
   *out = v;
   return true;
 }
@@ -199,7 +161,7 @@ bool parseLayout(const char* text, std::vector<int>* out) {
     size_t comma = s.find(',', pos);
     std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     long v;
-    if (!parseInt(item.c_str(), 1, 1 << 16, &v)) return false;
+    if (!parseLong(item.c_str(), 1, 1 << 16, &v)) return false;
     out->push_back(static_cast<int>(v));
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -331,19 +293,11 @@ const option kLongOpts[] = {
     {nullptr, 0, nullptr, 0},
 };
 
-std::string flagName(int key) {
-  for (const option* o = kLongOpts; o->name; ++o)
-    if (o->val == key)
-      return key < 256 ? std::string("-") + static_cast<char>(key) + "/--" + o->name
-                       : std::string("--") + o->name;
-  return std::string("-") + static_cast<char>(key);
-}
-
 // 0: run; 1: help printed; 2: bad flags (message printed).
 int parseOptions(int argc, char** argv, Options* o) {
   auto bad = [&](int key, const char* value, const char* expected) {
     std::fprintf(stderr, "%s: invalid value '%s' for %s: expected %s\n", kProg, value,
-                 flagName(key).c_str(), expected);
+                 flagName(key, kLongOpts).c_str(), expected);
     return 2;
   };
   bool bSet = false, eSet = false;
@@ -358,12 +312,12 @@ int parseOptions(int argc, char** argv, Options* o) {
         printUsage();
         return 1;
       case kOptNodes:
-        if (!parseInt(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");
+        if (!parseLong(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");
         o->nodes = static_cast<int>(v);
         o->nodesGiven = true;
         break;
       case kOptPpn:
-        if (!parseInt(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");
+        if (!parseLong(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");
         o->ppn = static_cast<int>(v);
         o->nodesGiven = true;
         break;
@@ -388,7 +342,7 @@ int parseOptions(int argc, char** argv, Options* o) {
         eSet = true;
         break;
       case 'f':
-        if (!parseInt(optarg, 1, 1 << 20, &v)) return bad(c, optarg, "an integer >= 1");
+        if (!parseLong(optarg, 1, 1 << 20, &v)) return bad(c, optarg, "an integer >= 1");
         o->stepFactor = static_cast<size_t>(v);
         break;
       case 'i':
@@ -406,7 +360,7 @@ int parseOptions(int argc, char** argv, Options* o) {
         break;
       }
       case 'r':
-        if (!parseInt(optarg, 0, 1 << 24, &v)) return bad(c, optarg, "a rank >= 0");
+        if (!parseLong(optarg, 0, 1 << 24, &v)) return bad(c, optarg, "a rank >= 0");
         o->root = static_cast<int>(v);
         break;
       case kOptInPlace:
@@ -453,7 +407,7 @@ int parseOptions(int argc, char** argv, Options* o) {
         break;
       case ':':
         std::fprintf(stderr, "%s: option %s needs a value; see %s -h\n", kProg,
-                     optopt ? flagName(optopt).c_str() : argv[optind - 1], kProg);
+                     optopt ? flagName(optopt, kLongOpts).c_str() : argv[optind - 1], kProg);
         return 2;
       default:
         if (optopt > 0 && optopt < 256)

@@ -10,8 +10,15 @@
 #include <cstring>
 #include <limits>
 
+#include "common/cli_parse.h"
+
 namespace tutti::perf {
 namespace {
+
+using bench::endsWith;
+using bench::flagName;
+using bench::parseLong;
+using bench::parseSize;
 
 const std::vector<CollInfo> kColls = {
     {Coll::kAllReduce, "all_reduce", true, false},
@@ -31,62 +38,6 @@ std::string squash(const std::string& s) {
     if (c != '_' && c != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   return out;
-}
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Parses a byte count: a non-negative number with an optional K, M, G or T
-// (binary multiples) and an optional trailing "B" or "iB", e.g. 8, 1K, 256M, 1.5GB.
-bool parseSize(const char* text, size_t* out) {
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(text, &end);
-  if (end == text || errno != 0 || !(v >= 0) || std::isinf(v)) return false;
-  std::string suffix(end);
-  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (endsWith(suffix, "IB")) {
-    suffix.resize(suffix.size() - 2);
-  } else if (!suffix.empty() && suffix.back() == 'B') {
-    suffix.pop_back();
-  }
-  double mult = 1;
-  if (suffix == "K") {
-    mult = 1024.0;
-  } else if (suffix == "M") {
-    mult = 1024.0 * 1024;
-  } else if (suffix == "G") {
-    mult = 1024.0 * 1024 * 1024;
-  } else if (suffix == "T") {
-    mult = 1024.0 * 1024 * 1024 * 1024;
-  } else if (!suffix.empty()) {
-    return false;
-  }
-  double bytes = std::floor(v * mult);
-  if (bytes > static_cast<double>(size_t{1} << 50)) return false;
-  *out = static_cast<size_t>(bytes);
-  return true;
-}
-
-bool parseLong(const char* text, long lo, long hi, long* out) {
-  errno = 0;
-  char* end = nullptr;
-  long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-std::string flagName(int key, const option* longopts) {
-  for (const option* o = longopts; o->name != nullptr; ++o) {
-    if (o->val == key) {
-      if (key < 256) return std::string("-") + static_cast<char>(key) + "/--" + o->name;
-      return std::string("--") + o->name;
-    }
-  }
-  return std::string("-") + static_cast<char>(key);
 }
 
 constexpr int kOptNp = 256;
