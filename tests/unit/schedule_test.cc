@@ -158,6 +158,40 @@ NodeMap mapOf(const Layout& l) {
   return NodeMap::fromHostIds(host);
 }
 
+// One rank's arguments for an int32 collective over the layout `nm`.
+CollArgs int32Args(Collective coll, int r, const NodeMap& nm, size_t count, RedOp op,
+                   int64_t divisor, bool inPlace, size_t chunk, CollArgs::Algo algo) {
+  CollArgs a;
+  a.coll = coll;
+  a.rank = r;
+  a.nranks = static_cast<int>(nm.nodeOf.size());
+  a.count = count;
+  a.elemSize = 4;
+  a.spec.dt = DataType::kInt32;
+  a.spec.op = op;
+  a.spec.divisor = divisor;
+  a.spec.scalar = 2.0;
+  a.inPlace = inPlace;
+  a.chunkBytes = chunk;
+  a.rdMaxBytes = 64 << 10;
+  a.algo = algo;
+  a.nodes = &nm;
+  return a;
+}
+
+// Generates rank a.rank's schedule and memory (see RankState::layout); send
+// element i holds (rank+1)*1000 + i % 997.
+void prepare(RankState* st, const CollArgs& a, size_t sendBytes, size_t recvBytes, size_t shift) {
+  st->s = makeSchedule(a);
+  st->layout(sendBytes, recvBytes, a.inPlace, shift);
+  st->scratch.resize(st->s.scratchBytes);
+  st->sent.assign(st->s.sends.size(), false);
+  st->recvd.assign(st->s.recvs.size(), false);
+  auto* v = reinterpret_cast<int32_t*>(st->sendAt);
+  for (size_t i = 0; i < sendBytes / 4; ++i)
+    v[i] = (a.rank + 1) * 1000 + static_cast<int32_t>(i % 997);
+}
+
 // All-reduce of int32 data, value of element i on rank r = (r+1)*1000 + i % 997
 // (exact in int32 for these rank counts), checked on every rank.
 void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, RedOp op,
@@ -170,32 +204,13 @@ void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, Red
   for (uint32_t seed = 1; seed <= 3; ++seed) {
     std::vector<RankState> ranks(n);
     for (int r = 0; r < n; ++r) {
-      CollArgs a;
-      a.coll = Collective::kAllReduce;
-      a.rank = r;
-      a.nranks = n;
-      a.count = count;
-      a.elemSize = 4;
-      a.spec.dt = DataType::kInt32;
-      a.spec.op = op;
-      a.spec.divisor = divisor;
-      a.spec.scalar = 2.0;
-      a.inPlace = inPlace;
-      a.chunkBytes = chunk;
-      a.rdMaxBytes = 64 << 10;
-      a.algo = algo;
-      a.nodes = &nm;
       RankState& st = ranks[r];
-      st.s = makeSchedule(a);
+      prepare(&st,
+              int32Args(Collective::kAllReduce, r, nm, count, op, divisor, inPlace, chunk, algo),
+              count * 4, count * 4, 0);
       if (algo != CollArgs::Algo::kAuto && nm.nNodes() > 1) {
         EXPECT_STREQ(st.s.algorithm.c_str(), algoName(algo));
       }
-      st.layout(count * 4, count * 4, inPlace, 0);
-      st.scratch.resize(st.s.scratchBytes);
-      st.sent.assign(st.s.sends.size(), false);
-      st.recvd.assign(st.s.recvs.size(), false);
-      auto* v = reinterpret_cast<int32_t*>(st.sendAt);
-      for (size_t i = 0; i < count; ++i) v[i] = (r + 1) * 1000 + static_cast<int32_t>(i % 997);
     }
     std::string why;
     ASSERT_TRUE(interpret(ranks, seed, &why)) << why;
@@ -247,30 +262,9 @@ void checkGather(const Layout& layout, Collective coll, CollArgs::Algo algo, siz
   for (uint32_t seed = 1; seed <= 3; ++seed) {
     std::vector<RankState> ranks(n);
     for (int r = 0; r < n; ++r) {
-      CollArgs a;
-      a.coll = coll;
-      a.rank = r;
-      a.nranks = n;
-      a.count = count;
-      a.elemSize = 4;
-      a.spec.dt = DataType::kInt32;
-      a.spec.op = op;
-      a.spec.divisor = divisor;
-      a.spec.scalar = 2.0;
-      a.inPlace = inPlace;
-      a.chunkBytes = 64;
-      a.algo = algo;
-      a.nodes = &nm;
-      RankState& st = ranks[r];
-      st.s = makeSchedule(a);
-      EXPECT_EQ(st.s.algorithm, expectAlgo);
-      st.layout(sendBytes, recvBytes, inPlace, r * blk);
-      st.scratch.resize(st.s.scratchBytes);
-      st.sent.assign(st.s.sends.size(), false);
-      st.recvd.assign(st.s.recvs.size(), false);
-      auto* v = reinterpret_cast<int32_t*>(st.sendAt);
-      for (size_t i = 0; i < sendBytes / 4; ++i)
-        v[i] = (r + 1) * 1000 + static_cast<int32_t>(i % 997);
+      prepare(&ranks[r], int32Args(coll, r, nm, count, op, divisor, inPlace, 64, algo), sendBytes,
+              recvBytes, r * blk);
+      EXPECT_EQ(ranks[r].s.algorithm, expectAlgo);
     }
     std::string why;
     ASSERT_TRUE(interpret(ranks, seed, &why)) << why;
