@@ -1,5 +1,6 @@
 // NodeMap: which node each rank is on (see schedule.h).
 #include <algorithm>
+#include <unordered_map>
 
 #include "algo/schedule.h"
 
@@ -10,16 +11,14 @@ NodeMap NodeMap::fromHostIds(const std::vector<uint64_t>& hostIds) {
   const int n = static_cast<int>(hostIds.size());
   m.nodeOf.assign(n, -1);
   m.localOf.assign(n, 0);
+  std::unordered_map<uint64_t, int> nodeOfHost;  // nodes numbered by their lowest rank
   for (int r = 0; r < n; ++r) {
-    if (m.nodeOf[r] >= 0) continue;
-    const int node = m.nNodes();
-    m.nodes.emplace_back();
-    for (int q = r; q < n; ++q)
-      if (hostIds[q] == hostIds[r]) {
-        m.nodeOf[q] = node;
-        m.localOf[q] = static_cast<int>(m.nodes[node].size());
-        m.nodes[node].push_back(q);
-      }
+    auto [it, added] = nodeOfHost.emplace(hostIds[r], m.nNodes());
+    if (added) m.nodes.emplace_back();
+    std::vector<int>& ranks = m.nodes[it->second];
+    m.nodeOf[r] = it->second;
+    m.localOf[r] = static_cast<int>(ranks.size());
+    ranks.push_back(r);
   }
   return m;
 }

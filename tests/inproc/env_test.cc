@@ -1,5 +1,5 @@
 // Environment-driven behaviour through the public API: NCCL_COMM_ID
-// bootstrap, NCCL-format logging to NCCL_DEBUG_FILE, non-NULL streams on host
+// bootstrap, TUTTI_TEST_NODES validation, NCCL-format logging to NCCL_DEBUG_FILE, non-NULL streams on host
 // memory, and communicators used concurrently from several threads.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -49,6 +49,28 @@ TEST(Env, NcclCommIdLetsEveryRankMakeTheId) {
   for (auto& t : ts) t.join();
   unsetenv("NCCL_COMM_ID");
   for (int r = 0; r < n; ++r) EXPECT_EQ(sums[r], 6);
+}
+
+// A bad TUTTI_TEST_NODES fails init on every rank with a message naming the
+// variable.
+TEST(Env, BadTestNodesFailsInitOnEveryRank) {
+  for (const char* spec : {"2,x", "1,1,1", "0,2"}) {
+    SCOPED_TRACE(spec);
+    setenv("TUTTI_TEST_NODES", spec, 1);
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        ncclComm_t c = nullptr;
+        EXPECT_EQ(ncclCommInitRank(&c, 2, id, r), ncclInvalidArgument);
+        EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("TUTTI_TEST_NODES"),
+                  std::string::npos)
+            << ncclGetLastError(nullptr);
+      });
+    for (auto& t : threads) t.join();
+  }
+  unsetenv("TUTTI_TEST_NODES");
 }
 
 TEST(Env, LogLinesHaveNcclsFormat) {
