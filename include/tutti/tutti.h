@@ -8,9 +8,10 @@
  * library, so `dlsym(RTLD_DEFAULT, "tuttiGetVersion") != NULL` is a reliable
  * way for a program to tell that tutti answers its NCCL calls.
  *
- * All functions here are thread-safe, never block and never allocate on the
- * caller's behalf; returned strings are owned by the library and live as long
- * as it stays loaded.
+ * The version and library queries are thread-safe and never block; returned
+ * strings are owned by the library and live as long as it stays loaded. The
+ * compression functions follow the rules of the NCCL calls they resemble
+ * (see each).
  *
  * Stability: functions are only ever added. A program that wants to use a newer
  * extension while still running on older tutti releases should look it up with
@@ -46,12 +47,85 @@ const char* tuttiGetVersionString(void);
  * Static storage. */
 const char* tuttiLibraryPath(void);
 
+/* ---- Gradient compression (docs/compression.md) --------------------------
+ *
+ * A compressor belongs to one communicator and holds the state of compressed
+ * all-reduces across calls: error-feedback residuals and PowerSGD's Q
+ * matrices, per gradient (named by a caller-chosen key). Every rank of the
+ * communicator creates one with the same configuration, calls
+ * tuttiAllReduceCompressed for the same keys in the same order, and destroys
+ * it before the communicator. One compressor per model: two models must not
+ * share one, or their residuals mix.
+ *
+ * Results: float32 sum or average, approximate (the codecs are lossy), and
+ * bit-identical on every rank. Error feedback (on by default for 1-bit and
+ * PowerSGD) keeps what a call did not transmit and adds it to the next call
+ * with the same key, so over many calls nothing is lost: the sum of the
+ * outputs plus the residuals equals the sum of the exact results. */
+
+typedef enum {
+  tuttiCompressNone = 0,     /* exact all-reduce (for comparisons) */
+  tuttiCompressFp16 = 1,     /* binary16 on the wire, scaled by a power of two */
+  tuttiCompressBf16 = 2,     /* bfloat16 on the wire */
+  tuttiCompressOneBit = 3,   /* signs plus one scale per 512 values */
+  tuttiCompressPowerSGD = 4  /* rank-r factors P (rows x r) and Q (cols x r) */
+} tuttiCompression_t;
+
+typedef struct {
+  size_t size;                 /* sizeof(tuttiCompressionConfig_t): set by the initializer */
+  tuttiCompression_t kind;
+  int errorFeedback;           /* 1 on, 0 off, -1 default (on for 1-bit/PowerSGD, off else) */
+  int powerSgdRank;            /* PowerSGD: r >= 1 (default 4) */
+  unsigned long long seed;     /* PowerSGD: seed of the initial Q, equal on every rank */
+  float epsilon;               /* PowerSGD: added to column norms when orthogonalising */
+  float minCompressionRate;    /* PowerSGD: rows*cols / ((rows+cols)*r) below this: exact */
+  int warmStart;               /* PowerSGD: 1 reuses each key's Q from the last call */
+  size_t minBytes;             /* smaller all-reduces run exact (default 0) */
+} tuttiCompressionConfig_t;
+
+#define TUTTI_COMPRESSION_CONFIG_INITIALIZER \
+  { sizeof(tuttiCompressionConfig_t), tuttiCompressNone, -1, 4, 0ull, 1e-8f, 2.0f, 1, 0 }
+
+typedef struct tuttiCompressor* tuttiCompressor_t;
+
+/* Creates a compressor for `comm` (local: no communication). Invalid
+ * configurations (unknown kind, r < 1, a size from a newer header than this
+ * library knows is accepted; from an older one, its fields are used) return
+ * ncclInvalidArgument with the reason in ncclGetLastError. */
+ncclResult_t tuttiCompressorCreate(ncclComm_t comm, const tuttiCompressionConfig_t* config,
+                                   tuttiCompressor_t* compressor);
+
+/* Frees the compressor and all its state. NULL is accepted. */
+ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
+
+/* All-reduce of `count` float32 values (datatype must be ncclFloat32; op
+ * ncclSum or ncclAvg) through the compressor. `key` names the gradient
+ * across calls: its state is created on first use and must keep the same
+ * count (and shape). PowerSGD treats the data as a row-major rows x cols
+ * matrix (rows * cols == count); other kinds ignore rows and cols. In place
+ * when sendbuff == recvbuff. Blocks until done for host memory, like
+ * ncclAllReduce with a NULL stream. Not allowed inside ncclGroupStart/End. */
+ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclRedOp_t op,
+                                      tuttiCompressor_t compressor, unsigned long long key,
+                                      size_t rows, size_t cols, cudaStream_t stream);
+
+typedef struct {
+  size_t size;                       /* set by the caller: sizeof(tuttiCompressionStats_t) */
+  unsigned long long calls;          /* tuttiAllReduceCompressed calls */
+  unsigned long long payloadBytes;   /* float32 bytes all-reduced (count * 4 per call) */
+  unsigned long long wireBytesSent;  /* bytes this rank put on the wire, headers excluded */
+  unsigned long long exactCalls;     /* calls that ran exact (minBytes, PowerSGD fallback) */
+} tuttiCompressionStats_t;
+
+/* This rank's counters since the compressor was created. */
+ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
+                                     tuttiCompressionStats_t* stats);
+
 /*
  * Reserved for later extensions (each will be documented in docs/api.md):
  *  - communicator introspection (chosen backend, transports per peer, algorithm
  *    selected for a call), statistics and counters;
- *  - compression settings per communicator (fp16/bf16 with scaling, 1-bit with
- *    error feedback, PowerSGD);
  *  - host-memory specific controls (progress-thread placement, inline threshold);
  *  - explicit backend selection and plugin loading.
  * New declarations go below this comment; existing ones never change.

@@ -26,7 +26,9 @@
 namespace tutti::algo {
 
 // kAbs: `off` is an absolute address (point-to-point operations of a group).
-enum class Buf : uint8_t { kSend = 0, kRecv = 1, kScratch = 2, kAbs = 3 };
+// kState: state kept across calls by a compressed collective (error feedback),
+// float32, laid out like the reduced data (offset = element offset * 4).
+enum class Buf : uint8_t { kSend = 0, kRecv = 1, kScratch = 2, kAbs = 3, kState = 4 };
 
 struct Ref {
   Buf buf = Buf::kSend;
@@ -41,12 +43,27 @@ struct ReduceSpec {
   int64_t divisor = 0;     // integer average: divide the final value by this
 };
 
-enum class LocalKind : uint8_t { kCopy, kScale, kDivide };
+// Compressed payload (src/compress): float32 values travel encoded as scaled
+// binary16 / bfloat16 or as 1-bit signs (backends/cpu/codec_kernels.h). Only
+// steps marked `encoded` use it; a receive of an encoded message decodes and
+// then combines in float32.
+enum class Wire : uint8_t { kRaw = 0, kHalf = 1, kBf16 = 2, kSign = 3 };
+struct WireSpec {
+  Wire format = Wire::kRaw;
+  int exp = 0;  // kHalf/kBf16: values travel as narrow(v * 2^exp)
+};
+
+// kQuantize (compressed schedules): dst = decode(encode(src * scale [+ err]))
+// and, with feedback, err = what that rounding dropped.
+enum class LocalKind : uint8_t { kCopy, kScale, kDivide, kQuantize };
 struct LocalStep {
   LocalKind kind;
   Ref dst;
   Ref src;
   size_t bytes;
+  float scale = 1.0f;     // kQuantize
+  bool feedback = false;  // kQuantize: `err` holds the error-feedback residual
+  Ref err{Buf::kState, 0};
 };
 
 struct SendStep {
@@ -55,6 +72,11 @@ struct SendStep {
   Ref src;
   size_t bytes;
   int32_t waitRecv = -1;  // index into recvs; -1: ready after the local steps
+  bool encoded = false;   // goes on the wire in Schedule::wire's format
+  // Encodes src + err and keeps in err what the encoding dropped (each
+  // element of err must be sent by exactly one step).
+  bool feedback = false;
+  Ref err{Buf::kState, 0};
 };
 
 enum class RecvAction : uint8_t { kCopy, kReduce };
@@ -70,6 +92,14 @@ struct RecvStep {
   // processed (its dst is this one's `local`); -1: none. It must come from a
   // different peer, so a message held back for it never blocks it.
   int32_t after = -1;
+  bool encoded = false;  // the message is in Schedule::wire's format
+  // Afterwards dst = decode(encode(dst * postScale [+ err])), with feedback
+  // keeping the dropped part in err: the value then is exactly what the wire
+  // carries, so every rank that later decodes it holds the same bits.
+  bool quantize = false;
+  float postScale = 1.0f;
+  bool feedback = false;
+  Ref err{Buf::kState, 0};
 };
 
 enum class Collective : uint8_t {
@@ -88,6 +118,7 @@ const char* collectiveName(Collective c);
 
 struct Schedule {
   ReduceSpec spec;
+  WireSpec wire;  // the format of `encoded` steps
   std::vector<LocalStep> local;
   std::vector<SendStep> sends;
   std::vector<RecvStep> recvs;

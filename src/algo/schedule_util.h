@@ -16,7 +16,8 @@ namespace tutti::algo {
 inline constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseReduce = 3,
                           kPhaseDirect = 4, kPhaseRdPre = 5, kPhaseRd = 6, kPhaseRdPost = 7,
                           kPhaseNodeRs = 8, kPhaseToLeader = 9, kPhaseNetRs = 10,
-                          kPhaseNetAg = 11, kPhaseNodeAg = 12;
+                          kPhaseNetAg = 11, kPhaseNodeAg = 12, kPhaseSignRs = 13,
+                          kPhaseSignAg = 14;
 
 inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
   return (phase << 56) | (x << 32) | j;

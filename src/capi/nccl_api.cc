@@ -13,10 +13,13 @@
 
 #include "algo/cost_model.h"
 #include "algo/schedule.h"
+#include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/float_formats.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
+#include "capi/ops.h"
+#include "compress/wire.h"
 #include "core/bootstrap.h"
 #include "core/executor.h"
 #include "core/log.h"
@@ -55,6 +58,13 @@ struct PendingOp {
   int dt;  // raw values as passed (see rawEnum), validated
   int op;
   int root;  // root, or peer for send/recv
+  // Compressed all-reduce (float32): the wire format, and where its state
+  // (residuals) and counters live. fp16 with needsScale: the scale exponent is
+  // agreed by all ranks when the group runs (agreeScales).
+  algo::WireSpec wire{};
+  bool needsScale = false;
+  float* state = nullptr;
+  uint64_t* wireBytes = nullptr;
 };
 
 struct GroupState {
@@ -202,7 +212,9 @@ algo::ReduceSpec specOf(ncclComm* comm, const PendingOp& o) {
 // datatype only).
 bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
   core::OneShot* os = comm->impl->oneShot();
-  if (!os || o.count == 0) return false;
+  // Compressed operations and counted ones (a compressor's exact calls) need
+  // the executor: the arena has no wire format and sends no messages.
+  if (!os || o.count == 0 || o.wire.format != algo::Wire::kRaw || o.wireBytes) return false;
   size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt));
   if (!os->eligible(o.coll, o.count, es)) return false;
   out->coll = o.coll;
@@ -220,8 +232,20 @@ bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
 ncclResult_t enqueue(const char* fn, PendingOp op);
 ncclResult_t groupEndImpl();
 
+// What TUTTI_COMPRESSION asks of a plain ncclAllReduce on `comm` (float32
+// sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
+// several nodes): fp16 or bf16 on the wire, or nothing.
+algo::Wire envCompression(ncclComm* comm, size_t bytes, int dt, int op) {
+  if (dt != ncclFloat32 || (op != ncclSum && op != ncclAvg) || comm->nranks < 2) return algo::Wire::kRaw;
+  const std::string& mode = comm->impl->compressionEnv();
+  if (mode.empty() || bytes < comm->impl->compressionMinBytes()) return algo::Wire::kRaw;
+  if (comm->impl->nodeMap().nNodes() < 2) return algo::Wire::kRaw;
+  return mode == "fp16" ? algo::Wire::kHalf : algo::Wire::kBf16;
+}
+
 ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
-                        int dt, int op, int root, ncclComm_t comm) {
+                        int dt, int op, int root, ncclComm_t comm,
+                        const tutti::capi::Compressed* compressed = nullptr) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
@@ -277,7 +301,17 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
              "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
-  return enqueue(fn, PendingOp{comm, coll, send, recv, count, dt, op, root});
+  PendingOp pending{comm, coll, send, recv, count, dt, op, root};
+  if (compressed) {
+    pending.wire = compressed->wire;
+    pending.needsScale = compressed->wire.format == algo::Wire::kHalf;
+    pending.state = compressed->state;
+    pending.wireBytes = compressed->wireBytes;
+  } else if (coll == Collective::kAllReduce && count > 0) {
+    pending.wire.format = envCompression(comm, count * es, dt, op);
+    pending.needsScale = pending.wire.format == algo::Wire::kHalf;
+  }
+  return enqueue(fn, pending);
 }
 
 ncclResult_t enqueue(const char*, PendingOp op) {
@@ -325,8 +359,9 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
   std::map<int, uint64_t> sendK, recvK;
   std::vector<const PendingOp*> selfSends, selfRecvs;
   w->schedules.push_back(algo::Schedule());
-  w->buffers.push_back({nullptr, nullptr, nullptr});
+  w->buffers.push_back({nullptr, nullptr, nullptr, nullptr, nullptr});
   w->descriptions.push_back("p2p");
+  w->wireBytes.push_back(nullptr);
   std::vector<size_t> scratchOff;
   size_t scratchTotal = 0;
   for (const PendingOp* o : ops) {
@@ -371,7 +406,24 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
         o->coll == Collective::kReduceScatter)
       a.algo = comm->impl->forcedAlgo();
-    algo::Schedule s = algo::makeSchedule(a);
+    algo::Schedule s;
+    if (o->wire.format == algo::Wire::kSign) {
+      s = tutti::compress::signAllReduce(a);
+    } else {
+      if (o->wire.format != algo::Wire::kRaw) {
+        // Recursive doubling rounds each pair's sum from two different
+        // halves (each side's own input exact, the other's encoded), so the
+        // ranks would not end bit-identical: rings and two-level only.
+        a.rdMaxBytes = 0;
+        if (algo::chooseAllReduce(a) == algo::CollArgs::Algo::kRecursiveDoubling)
+          a.algo = algo::CollArgs::Algo::kRing;
+      }
+      s = algo::makeSchedule(a);
+      if (o->wire.format != algo::Wire::kRaw) {
+        tutti::compress::applyWire(&s, a, o->wire);
+        s.algorithm += o->wire.format == algo::Wire::kHalf ? "+fp16" : "+bf16";
+      }
+    }
     // Honoured when it names what runs (a two-level algorithm on one node
     // runs as the ring).
     const bool forced =
@@ -385,8 +437,10 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));
     w->buffers.push_back({static_cast<uint8_t*>(const_cast<void*>(o->send)),
-                          static_cast<uint8_t*>(o->recv), nullptr});
+                          static_cast<uint8_t*>(o->recv), nullptr, nullptr,
+                          reinterpret_cast<uint8_t*>(o->state)});
     w->descriptions.push_back(algo::collectiveName(o->coll));
+    w->wireBytes.push_back(o->wireBytes);
   }
   if (selfSends.size() != selfRecvs.size())
     return tutti::invalidUsage(
@@ -409,6 +463,60 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
   if (scratchTotal) {
     TUTTI_ASSIGN_OR_RETURN(uint8_t * base, comm->impl->scratch(scratchTotal));
     for (size_t i = 1; i < w->schedules.size(); ++i) w->buffers[i][2] = base + scratchOff[i - 1];
+  }
+  return Status::ok();
+}
+
+// A group's execution failed: the error of the communicator it belongs to.
+ncclResult_t fromStatusOfGroup(const Status& st, const std::vector<ncclComm*>& comms) {
+  for (ncclComm* c : comms)
+    if (!c->impl->error().isOk()) return fromStatus(c->impl->error(), c);
+  return fromStatus(st, comms[0]);
+}
+
+// fp16 compression scales by a power of two chosen from the largest
+// magnitude over all ranks: one small max all-reduce (all the group's
+// compressed operations of a communicator in one vector) before the group
+// runs. bf16 has float32's range and needs none.
+Status agreeScales(const std::vector<ncclComm*>& comms,
+                   std::map<ncclComm*, std::vector<const PendingOp*>>& byComm) {
+  std::vector<std::vector<float>> maxima(comms.size());
+  std::vector<PendingOp> probes;
+  std::vector<std::vector<PendingOp*>> scaled(comms.size());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    for (const PendingOp* o : byComm[comms[i]]) {
+      if (!o->needsScale) continue;
+      auto* op = const_cast<PendingOp*>(o);
+      scaled[i].push_back(op);
+      maxima[i].push_back(tutti::cpu::maxAbs(static_cast<const float*>(o->send), o->count));
+    }
+  }
+  std::vector<core::Work> works;
+  std::vector<ncclComm*> used;
+  works.reserve(comms.size());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (maxima[i].empty()) continue;
+    PendingOp probe{comms[i], Collective::kAllReduce, maxima[i].data(), maxima[i].data(),
+                    maxima[i].size(), ncclFloat32, ncclMax, 0};
+    works.emplace_back();
+    used.push_back(comms[i]);
+    TUTTI_RETURN_IF_ERROR(buildWork(comms[i], {&probe}, &works.back()));
+  }
+  if (works.empty()) return Status::ok();
+  std::vector<core::Work*> ptrs;
+  for (auto& w : works) ptrs.push_back(&w);
+  TUTTI_RETURN_IF_ERROR(core::execute(ptrs));
+  for (size_t i = 0; i < comms.size(); ++i) {
+    for (size_t k = 0; k < scaled[i].size(); ++k) {
+      PendingOp* op = scaled[i][k];
+      // Sum: partial results reach n times the largest input; avg's 1/n is
+      // applied to each contribution before it is sent.
+      const double factor = op->op == ncclAvg ? 1.0 : comms[i]->nranks;
+      op->wire.exp = tutti::compress::halfScaleExp(maxima[i][k], factor);
+      op->needsScale = false;
+      TUTTI_INFO(tutti::log::kTuning, "fp16 compression: max |x| {} over {} ranks, scale 2^{}",
+                 maxima[i][k], comms[i]->nranks, op->wire.exp);
+    }
   }
   return Status::ok();
 }
@@ -460,21 +568,18 @@ ncclResult_t groupEndImpl() {
   std::sort(lockOrder.begin(), lockOrder.end());
   std::vector<std::unique_lock<std::mutex>> locks;
   for (ncclComm* c : lockOrder) locks.emplace_back(c->impl->mutex());
+  Status st = agreeScales(comms, byComm);
+  if (!st) return fromStatusOfGroup(st, comms);
   std::vector<core::Work> works(comms.size());
   std::vector<core::Work*> ptrs;
   for (size_t i = 0; i < comms.size(); ++i) {
     tutti::log::setThreadRank(comms[i]->rank);
-    Status st = buildWork(comms[i], byComm[comms[i]], &works[i]);
+    st = buildWork(comms[i], byComm[comms[i]], &works[i]);
     if (!st) return fromStatus(st, comms[i]);
     ptrs.push_back(&works[i]);
   }
-  Status st = core::execute(ptrs);
-  if (!st) {
-    // Name the communicator whose error it is.
-    for (ncclComm* c : comms)
-      if (!c->impl->error().isOk()) return fromStatus(c->impl->error(), c);
-    return fromStatus(st, comms[0]);
-  }
+  st = core::execute(ptrs);
+  if (!st) return fromStatusOfGroup(st, comms);
   return ncclSuccess;
 }
 
@@ -1028,3 +1133,14 @@ TUTTI_API ncclResult_t ncclGroupEnd() {
   });
 }
 TUTTI_PNCCL(ncclGroupEnd)
+
+namespace tutti::capi {
+
+ncclResult_t allReduce(const char* fn, const void* send, void* recv, size_t count, int dt, int op,
+                       ncclComm_t comm, const Compressed* c) {
+  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, c);
+}
+
+bool inGroup() { return t_group.depth > 0; }
+
+}  // namespace tutti::capi

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "algo/cost_model.h"
 #include "core/backoff.h"
+#include "core/link_probe.h"
 #include "core/log.h"
 #include "core/params.h"
 #include "topology/topology.h"
@@ -79,6 +81,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 
   c->algoEnv_ = params::getStr("NCCL_ALGO", "");
   c->forcedAlgo_ = algo::parseAlgo(c->algoEnv_);
+  TUTTI_RETURN_IF_ERROR(c->readCompressionEnv());
   if (rank == 0) {
     if (auto proto = params::get("NCCL_PROTO"))
       TUTTI_INFO(log::kEnv, "NCCL_PROTO={} has no meaning on host transports; ignored", *proto);
@@ -99,7 +102,6 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   for (auto& v : c->channels_) v.resize(c->nChannels_);
   c->pairSeq_.assign(nranks, 0);
 
-  TUTTI_RETURN_IF_ERROR(c->agreeOnSelection());
   int local = 0;
   std::vector<uint64_t> hosts;
   for (int r = 0; r < nranks; ++r) {
@@ -116,6 +118,9 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > usableCpus();
+  // After the ring connections: across nodes the selection measures the link
+  // between rank 0 and its ring predecessor (on the last node) over them.
+  TUTTI_RETURN_IF_ERROR(c->agreeOnSelection());
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   TUTTI_INFO(log::kInit,
              "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
@@ -126,14 +131,17 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 }
 
 // What every rank must agree on to pick the same algorithm for the same call:
-// rank 0's cost model, TUTTI_RD_MAX and NCCL_ALGO. Link figures come from the
-// topology (measured figures recorded in a TUTTI_TOPO_FILE) or the defaults.
+// rank 0's cost model, TUTTI_RD_MAX, NCCL_ALGO and TUTTI_COMPRESSION. Each
+// link figure comes from the topology (figures recorded in a TUTTI_TOPO_FILE),
+// else, for the inter-node link of a communicator spanning nodes, from the
+// link probe run here (unless TUTTI_LINK_PROBE=0), else from the defaults.
 Status Comm::agreeOnSelection() {
   struct Choice {
     double intraLatencyUs, intraBandwidthGBs, interLatencyUs, interBandwidthGBs;
     uint64_t rdMaxBytes;
     int32_t forcedAlgo;
-    int32_t reserved;
+    int32_t compression;  // TUTTI_COMPRESSION: 0 off, 1 fp16, 2 bf16
+    uint64_t compressionMinBytes;
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
@@ -142,9 +150,19 @@ Status Comm::agreeOnSelection() {
   mine.intra.bandwidthGBs = t.intraBandwidthGBs.value_or(mine.intra.bandwidthGBs);
   mine.inter.latencyUs = t.interLatencyUs.value_or(mine.inter.latencyUs);
   mine.inter.bandwidthGBs = t.interBandwidthGBs.value_or(mine.inter.bandwidthGBs);
+  // Only rank 0's figures count, so only rank 0 (and the peer it measures
+  // with) take part; measured figures fill what the topology leaves out.
+  std::optional<LinkProbeResult> probe;
+  TUTTI_RETURN_IF_ERROR(probeInterNode(!(t.interLatencyUs && t.interBandwidthGBs), &probe));
+  if (probe) {
+    if (!t.interLatencyUs) mine.inter.latencyUs = probe->latencyUs;
+    if (!t.interBandwidthGBs) mine.inter.bandwidthGBs = probe->bandwidthGBs;
+  }
   std::vector<Choice> all(nranks_);
+  const int32_t compression = compressionEnv_.empty() ? 0 : compressionEnv_ == "fp16" ? 1 : 2;
   all[rank_] = {mine.intra.latencyUs, mine.intra.bandwidthGBs, mine.inter.latencyUs,
-                mine.inter.bandwidthGBs, rdMaxBytes_, static_cast<int32_t>(forcedAlgo_), 0};
+                mine.inter.bandwidthGBs, rdMaxBytes_, static_cast<int32_t>(forcedAlgo_),
+                compression, compressionMinBytes_};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
@@ -154,12 +172,81 @@ Status Comm::agreeOnSelection() {
                "every rank picks the same algorithm");
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
-  if (rank_ == 0)
+  // Compressed and plain messages do not mix: rank 0's TUTTI_COMPRESSION holds.
+  if (c.compression != compression || c.compressionMinBytes != compressionMinBytes_)
+    TUTTI_WARN("TUTTI_COMPRESSION or TUTTI_COMPRESSION_MIN_BYTES differ from rank 0's; rank 0's "
+               "settings apply");
+  compressionEnv_ = c.compression == 0 ? "" : c.compression == 1 ? "fp16" : "bf16";
+  compressionMinBytes_ = c.compressionMinBytes;
+  if (rank_ == 0) {
+    // Where each figure of a link class came from.
+    auto from = [](bool topo, bool measured) {
+      return topo ? "the topology file" : measured ? "measured at init" : "defaults";
+    };
+    auto sources = [&](bool latTopo, bool bwTopo, bool measured) {
+      if (latTopo == bwTopo) return std::string(from(latTopo, measured));
+      return fmt::format("latency {}, bandwidth {}", from(latTopo, measured),
+                         from(bwTopo, measured));
+    };
     TUTTI_INFO(log::kTuning,
-               "cost model: intra-node {} us {} GB/s, inter-node {} us {} GB/s{}",
+               "cost model: intra-node {:.4g} us {:.4g} GB/s ({}), inter-node {:.4g} us {:.4g} "
+               "GB/s ({})",
                costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
+               sources(t.intraLatencyUs.has_value(), t.intraBandwidthGBs.has_value(), false),
                costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
-               t.interBandwidthGBs ? " (from the topology file)" : " (defaults)");
+               sources(t.interLatencyUs.has_value(), t.interBandwidthGBs.has_value(),
+                       probe.has_value()));
+  }
+  return Status::ok();
+}
+
+// Rank 0 measures the link to its ring predecessor, the last rank of the last
+// node, over the ring connection made at init (channel 0); that rank answers.
+// Whether to measure is rank 0's decision alone (its TUTTI_LINK_PROBE and
+// topology): when it does not, it sends only the probe's stop command, so the
+// two never disagree about what crosses the connection.
+Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
+  if (nodeMap_.nNodes() < 2) return Status::ok();
+  const std::vector<int> ring = nodeMap_.ringOrder();
+  const int pos0 = static_cast<int>(std::find(ring.begin(), ring.end(), 0) - ring.begin());
+  const int prev0 = ring[(pos0 + nranks_ - 1) % nranks_];  // on the last node
+  if (rank_ != 0 && rank_ != prev0) return Status::ok();
+  const int peer = rank_ == 0 ? prev0 : 0;
+  transport::Connection* conn = channels_[peer][0].conn.get();
+  if (!conn)
+    return internalError(fmt::format("link probe: no connection to {}", describePeer(peer)));
+  LinkProbeOptions opt;
+  opt.deadline = bootstrap_->deadline();
+  opt.abortFlag = &abort_;
+  opt.oversubscribed = oversubscribed_;
+  if (sameHost(peer)) {
+    // Pretend nodes (TUTTI_TEST_NODES) on one host: no rate limiter or slow
+    // start to wait out, and a fresh shared-memory ring costs page faults per
+    // byte, so fewer bytes do (the figures mean little there anyway).
+    opt.warmupBytes = 256 << 10;
+    opt.bulkBytes = 512 << 10;
+  }
+  auto context = [&] {
+    return fmt::format("measuring the link to {} over {} at init", describePeer(peer),
+                       transportName(peer));
+  };
+  if (rank_ != 0) return serveLinkProbe(*conn, opt).withContext(context());
+  const bool enabled = params::getBool("TUTTI_LINK_PROBE", true);
+  if (!enabled || !needed) {
+    TUTTI_INFO(log::kTuning, "link probe: off ({})",
+               enabled ? "the topology file gives both inter-node figures" : "TUTTI_LINK_PROBE=0");
+    return skipLinkProbe(*conn, opt).withContext(context());
+  }
+  auto r = probeLink(*conn, opt);
+  if (!r) return r.status().withContext(context());
+  TUTTI_INFO(log::kTuning,
+             "link probe: rank 0 (node 0) <-> rank {} (node {}) over {}: latency {:.3g} us "
+             "(median of {} round trips / 2), bandwidth {:.4g} GB/s (best of {} x {} KiB after "
+             "{} KiB), {:.1f} ms",
+             peer, nodeMap_.nodeOf[peer], transportName(peer), r->latencyUs, r->pings,
+             r->bandwidthGBs, r->transfers, opt.bulkBytes >> 10, opt.warmupBytes >> 10,
+             r->elapsedMs);
+  *out = *r;
   return Status::ok();
 }
 
@@ -302,6 +389,37 @@ Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::m
   std::string why(got->begin(), got->end());
   return Status(observed.code(),
                 fmt::format("{} gave up after an error of its own: {}", describePeer(peer), why));
+}
+
+}  // namespace tutti::core
+
+namespace tutti::core {
+
+Status Comm::readCompressionEnv() {
+  std::string mode = params::getStr("TUTTI_COMPRESSION", "");
+  std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char ch) {
+    return static_cast<char>(std::tolower(ch));
+  });
+  if (mode == "off" || mode == "none" || mode == "0") mode.clear();
+  if (!mode.empty() && mode != "fp16" && mode != "bf16") {
+    // 1-bit and PowerSGD keep state across calls: they need a compressor
+    // (tuttiCompressorCreate), not a switch on plain ncclAllReduce.
+    TUTTI_WARN("TUTTI_COMPRESSION={} is not one of fp16, bf16, off; compression stays off{}",
+               mode,
+               mode == "1bit" || mode == "powersgd"
+                   ? " (1-bit and PowerSGD need a compressor: tuttiCompressorCreate)"
+                   : "");
+    mode.clear();
+  }
+  compressionEnv_ = mode;
+  const int64_t minBytes = params::getInt("TUTTI_COMPRESSION_MIN_BYTES", 256 << 10);
+  compressionMinBytes_ = minBytes < 0 ? 0 : static_cast<size_t>(minBytes);
+  if (!mode.empty() && rank_ == 0)
+    TUTTI_INFO(log::kInit | log::kTuning,
+               "TUTTI_COMPRESSION={}: float32 sum/avg all-reduces of {} bytes and more travel as "
+               "{} between nodes",
+               mode, compressionMinBytes_, mode);
+  return Status::ok();
 }
 
 }  // namespace tutti::core

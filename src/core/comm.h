@@ -4,7 +4,10 @@
 // - Created collectively (every rank calls create() with the same id and
 //   nranks); returns once every rank has joined and this rank's ring
 //   neighbours are connected on every channel, or with an error naming the
-//   rank(s) that did not show up within TUTTI_INIT_TIMEOUT.
+//   rank(s) that did not show up within TUTTI_INIT_TIMEOUT. Across nodes,
+//   init also measures the link between rank 0 and its ring predecessor for
+//   the cost model (TUTTI_LINK_PROBE, core/link_probe.h): tens of ms at most
+//   on a 1 Gbit/s link, a few on faster ones.
 // - Connections are made per (peer, channel) on first need, in a global
 //   order of rank pairs, so ranks that connect lazily never deadlock.
 // - API calls on one communicator are serialised by its mutex; abort() may be
@@ -18,12 +21,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "algo/schedule.h"
 #include "core/bootstrap.h"
+#include "core/link_probe.h"
 #include "core/oneshot.h"
 #include "core/status.h"
 #include "core/transport.h"
@@ -93,6 +98,10 @@ class Comm {
   // all-gather and reduce-scatter (kAuto: none it names exists).
   const std::string& algoEnv() const { return algoEnv_; }
   algo::CollArgs::Algo forcedAlgo() const { return forcedAlgo_; }
+  // TUTTI_COMPRESSION ("fp16", "bf16" or "": off) and the smallest
+  // all-reduce it applies to (TUTTI_COMPRESSION_MIN_BYTES), rank 0's values.
+  const std::string& compressionEnv() const { return compressionEnv_; }
+  size_t compressionMinBytes() const { return compressionMinBytes_; }
 
   // The one-shot path for small collectives on one host; null when unused.
   OneShot* oneShot() { return oneShot_.get(); }
@@ -137,7 +146,15 @@ class Comm {
  private:
   Comm() = default;
   Status connectPair(int peer);
+  // Collective: fills costModel_, rdMaxBytes_ and forcedAlgo_ from rank 0's
+  // (after the ring connections, which the link probe uses).
   Status agreeOnSelection();
+  // The inter-node link probe at init (core/link_probe.h): rank 0 and its ring
+  // predecessor on the last node take part, no one else; *out is set on rank 0
+  // when it measured. `needed`: the topology leaves an inter-node figure out.
+  Status probeInterNode(bool needed, std::optional<LinkProbeResult>* out);
+  // Reads TUTTI_COMPRESSION and TUTTI_COMPRESSION_MIN_BYTES (comm.cc).
+  Status readCompressionEnv();
   // Shared memory for peers on this host (unless NCCL_SHM_DISABLE), else TCP.
   transport::Transport* transportFor(int peer) const;
 
@@ -150,6 +167,8 @@ class Comm {
   algo::CostModel costModel_;
   std::string algoEnv_;
   algo::CollArgs::Algo forcedAlgo_ = algo::CollArgs::Algo::kAuto;
+  std::string compressionEnv_;
+  size_t compressionMinBytes_ = 256 << 10;
   bool oversubscribed_ = false;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> pairSeq_;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/kernels.h"
 #include "core/backoff.h"
 #include "core/log.h"
@@ -36,8 +37,11 @@ struct KeyHash {
 struct Out {
   int64_t send = -1;  // flat send index
   MsgHeader hdr{};
+  const uint8_t* payload = nullptr;  // what goes on the wire: the source, or `wire`
+  size_t payBytes = 0;
   size_t hdrSent = 0, paySent = 0;
   Clock::time_point nextStart{};  // throttling (tests)
+  std::vector<uint8_t> wire;      // an encoded message
 };
 
 struct In {
@@ -130,8 +134,16 @@ class Run {
   int failedPeer_ = -1;
 };
 
-void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
-              const algo::ReduceSpec& spec) {
+cpu::WireFormat formatOf(algo::Wire w) { return static_cast<cpu::WireFormat>(w); }
+
+// Bytes a message of `bytes` payload occupies on the wire.
+size_t wireSize(const algo::Schedule& s, bool encoded, size_t bytes) {
+  return encoded ? cpu::wireBytes(formatOf(s.wire.format), bytes / sizeof(float)) : bytes;
+}
+
+void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src, uint8_t* err,
+              const algo::Schedule& sched) {
+  const algo::ReduceSpec& spec = sched.spec;
   size_t es = dataTypeSize(spec.dt);
   switch (st.kind) {
     case algo::LocalKind::kCopy:
@@ -142,6 +154,12 @@ void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
       break;
     case algo::LocalKind::kDivide:
       cpu::divide(dst, src, st.bytes / es, spec.dt, spec.divisor);
+      break;
+    case algo::LocalKind::kQuantize:
+      cpu::quantize(formatOf(sched.wire.format), sched.wire.exp,
+                    reinterpret_cast<const float*>(src), st.scale,
+                    st.feedback ? reinterpret_cast<float*>(err) : nullptr, st.bytes / sizeof(float),
+                    reinterpret_cast<float*>(dst));
       break;
   }
 }
@@ -206,7 +224,8 @@ Status Run::start() {
   }
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
     const auto& s = w_->schedules[i];
-    for (const auto& st : s.local) runLocal(st, addr(i, st.dst), addr(i, st.src), s.spec);
+    for (const auto& st : s.local)
+      runLocal(st, addr(i, st.dst), addr(i, st.src), st.feedback ? addr(i, st.err) : nullptr, s);
     for (uint32_t k = 0; k < s.sends.size(); ++k) {
       const auto& sd = s.sends[k];
       uint32_t flat = static_cast<uint32_t>(sends_.size());
@@ -243,17 +262,30 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
       }
       uint32_t flat = p.ready.front();
       p.ready.pop_front();
-      const auto& sd = w_->schedules[sends_[flat].inst].sends[sends_[flat].idx];
+      const uint32_t inst = sends_[flat].inst;
+      const auto& sched = w_->schedules[inst];
+      const auto& sd = sched.sends[sends_[flat].idx];
       o.send = flat;
-      o.hdr = MsgHeader{p.seq, sends_[flat].inst, static_cast<uint32_t>(sd.bytes), sd.tag};
+      o.payload = addr(inst, sd.src);
+      o.payBytes = sd.bytes;
+      if (sd.encoded) {
+        // Encoded when it leaves, so encoding overlaps the other messages'
+        // transfers (and error feedback sees the value at that moment).
+        o.payBytes = wireSize(sched, true, sd.bytes);
+        if (o.wire.size() < o.payBytes) o.wire.resize(o.payBytes);
+        cpu::encode(formatOf(sched.wire.format), sched.wire.exp,
+                    reinterpret_cast<const float*>(o.payload),
+                    sd.feedback ? reinterpret_cast<float*>(addr(inst, sd.err)) : nullptr,
+                    sd.bytes / sizeof(float), o.wire.data());
+        o.payload = o.wire.data();
+      }
+      o.hdr = MsgHeader{p.seq, inst, static_cast<uint32_t>(o.payBytes), sd.tag};
       o.hdrSent = o.paySent = 0;
     }
-    const auto& sd = w_->schedules[sends_[o.send].inst].sends[sends_[o.send].idx];
     if (o.hdrSent < kHdr) {
       // Header and payload together: one system call on sockets.
-      const uint8_t* src = addr(sends_[o.send].inst, sd.src);
       auto n = chan.conn->trySend2(reinterpret_cast<const uint8_t*>(&o.hdr) + o.hdrSent,
-                                   kHdr - o.hdrSent, src, sd.bytes);
+                                   kHdr - o.hdrSent, o.payload, o.payBytes);
       if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
       size_t h = std::min(*n, kHdr - o.hdrSent);
@@ -261,16 +293,17 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
       o.paySent += *n - h;
       if (o.hdrSent < kHdr) return Status::ok();
     }
-    if (o.paySent < sd.bytes) {
-      const uint8_t* src = addr(sends_[o.send].inst, sd.src);
-      auto n = chan.conn->trySend(src + o.paySent, sd.bytes - o.paySent);
+    if (o.paySent < o.payBytes) {
+      auto n = chan.conn->trySend(o.payload + o.paySent, o.payBytes - o.paySent);
       if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
       o.paySent += *n;
-      if (o.paySent < sd.bytes) return Status::ok();
+      if (o.paySent < o.payBytes) return Status::ok();
     }
     chan.messagesSent++;
-    chan.bytesSent += sd.bytes;
+    chan.bytesSent += o.payBytes;
+    const uint32_t inst = sends_[o.send].inst;
+    if (inst < w_->wireBytes.size() && w_->wireBytes[inst]) *w_->wireBytes[inst] += o.payBytes;
     o.send = -1;
     p.sendsLeft--;
     sendsLeft_--;
@@ -281,6 +314,12 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
 Status Run::completeRecv(PeerRun& p, uint32_t flat) {
   const auto& sched = w_->schedules[recvs_[flat].inst];
   const auto& r = sched.recvs[recvs_[flat].idx];
+  if (r.quantize) {
+    auto* dst = reinterpret_cast<float*>(addr(recvs_[flat].inst, r.dst));
+    cpu::quantize(formatOf(sched.wire.format), sched.wire.exp, dst, r.postScale,
+                  r.feedback ? reinterpret_cast<float*>(addr(recvs_[flat].inst, r.err)) : nullptr,
+                  r.bytes / sizeof(float), dst);
+  }
   if (r.finalize) {
     uint8_t* dst = addr(recvs_[flat].inst, r.dst);
     cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
@@ -363,29 +402,47 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       if (it == recvIndex_.end()) return unexpected(p, rx.hdr, "unexpected message");
       const uint32_t rinst = recvs_[it->second].inst;
       const auto& r = w_->schedules[rinst].recvs[recvs_[it->second].idx];
-      if (r.bytes != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
+      const size_t expect = wireSize(w_->schedules[rinst], r.encoded, r.bytes);
+      if (expect != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
       // Its `local` is still being produced by another receive: hold the
       // message (the channel waits; that receive comes from another peer).
       if (r.after >= 0 && !recvDone_[recvBase_[rinst] + r.after]) return Status::ok();
       in.recv = it->second;
       in.payGot = in.reduced = in.carryGot = 0;
-      if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek() &&
-          chan.staging.size() < r.bytes)
-        chan.staging.resize(std::max(r.bytes, c_->chunkBytes()));
+      const bool staged = r.encoded || (r.action == algo::RecvAction::kReduce &&
+                                        !chan.conn->supportsPeek());
+      if (staged && chan.staging.size() < expect)
+        chan.staging.resize(std::max(expect, c_->chunkBytes()));
     }
     const uint32_t inst = recvs_[in.recv].inst;
     const auto& sched = w_->schedules[inst];
     const auto& r = sched.recvs[recvs_[in.recv].idx];
-    if (r.action == algo::RecvAction::kReduce && chan.conn->supportsPeek()) {
+    const size_t payBytes = wireSize(sched, r.encoded, r.bytes);
+    if (r.action == algo::RecvAction::kReduce && !r.encoded && chan.conn->supportsPeek()) {
       TUTTI_RETURN_IF_ERROR(reduceInPlace(p, chan, in, inst, sched, r, progress));
-    } else if (in.payGot < r.bytes) {
-      uint8_t* to = r.action == algo::RecvAction::kCopy ? addr(inst, r.dst) : chan.staging.data();
-      auto n = chan.conn->tryRecv(to + in.payGot, r.bytes - in.payGot);
+    } else if (in.payGot < payBytes) {
+      uint8_t* to = r.action == algo::RecvAction::kCopy && !r.encoded ? addr(inst, r.dst)
+                                                                      : chan.staging.data();
+      auto n = chan.conn->tryRecv(to + in.payGot, payBytes - in.payGot);
       if (!n) return peerFailure(p, n.status(), "receiving from ");
       if (*n) *progress = true;
       in.payGot += *n;
     }
-    if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek()) {
+    if (r.encoded) {
+      if (in.payGot < payBytes) return Status::ok();
+      // Decoded (and combined, in float32) once the whole message is here.
+      const auto f = formatOf(sched.wire.format);
+      auto* dst = reinterpret_cast<float*>(addr(inst, r.dst));
+      const size_t n = r.bytes / sizeof(float);
+      if (r.action == algo::RecvAction::kCopy)
+        cpu::decode(f, sched.wire.exp, chan.staging.data(), n, dst);
+      else
+        cpu::decodeAdd(f, sched.wire.exp, chan.staging.data(), n,
+                       reinterpret_cast<const float*>(addr(inst, r.local)),
+                       sched.spec.op == RedOp::kPreMulSum ? static_cast<float>(sched.spec.scalar)
+                                                          : 1.0f,
+                       dst);
+    } else if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek()) {
       // Reduce whole elements as they arrive, so the reduction overlaps the transfer.
       const size_t es = dataTypeSize(sched.spec.dt);
       size_t upto = in.payGot / es * es;
@@ -395,7 +452,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
         in.reduced = upto;
       }
     }
-    if (in.payGot < r.bytes) return Status::ok();
+    if (in.payGot < payBytes) return Status::ok();
     uint32_t flat = static_cast<uint32_t>(in.recv);
     in.recv = -1;
     rx.haveHeader = false;

@@ -21,8 +21,13 @@ namespace tutti::core {
 struct Work {
   Comm* comm = nullptr;
   std::vector<algo::Schedule> schedules;
-  std::vector<std::array<uint8_t*, 3>> buffers;  // per schedule: send, recv, scratch
+  // Per schedule, indexed by algo::Buf: send, recv, scratch, (unused: kAbs),
+  // state (compressed collectives' error feedback).
+  std::vector<std::array<uint8_t*, 5>> buffers;
   std::vector<std::string> descriptions;         // for errors and logs
+  // Per schedule (may be shorter): a counter to which the bytes its messages
+  // put on the wire are added (null: none).
+  std::vector<uint64_t*> wireBytes;
   // Small collectives on the one-shot path (comm->oneShot()), in call order;
   // progressed alongside the schedules.
   std::vector<OneShotOp> small;

@@ -12,6 +12,8 @@
 #   --rate R          shape each node's link to R in both directions (tc tbf)
 #   --counters        also check, with the links' byte counters, that an all-reduce
 #                     really crossed every node's link (see counter_check below)
+#   --probe LO:HI     check the link probe at init (see probe_check below): the
+#                     inter-node bandwidth rank 0 measured lies in LO..HI GB/s
 # Every collective runs two sweeps per datatype and operator: sizes 0, 4, 16 ...
 # 1M (-f 4) and two sizes that are no power of two (4004 and 1000012 bytes:
 # 1001 and 250003 elements of 4 bytes, odd and not a multiple of any rank
@@ -24,7 +26,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=SCRIPTDIR/netns_lib.sh
 source "$here/netns_lib.sh"
 
-perf='' spec='' algo='' rate='' counters=0
+perf='' spec='' algo='' rate='' counters=0 probe=''
 dtypes='float int32' ops='sum avg'
 colls=()
 while (($# > 0)); do
@@ -36,14 +38,20 @@ while (($# > 0)); do
     --ops) ops=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --counters) counters=1; shift ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    --probe) probe=$2; shift 2 ;;
+    -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
     -*) echo "netns_test: unknown option $1" >&2; exit 2 ;;
     *) colls+=("$1"); shift ;;
   esac
 done
 [[ -n $perf && -n $spec ]] || { echo "usage: netns_test.sh --perf PATH --nodes SPEC COLL..." >&2; exit 2; }
 [[ -x $perf ]] || { echo "netns_test: '$perf' is not an executable" >&2; exit 2; }
-((${#colls[@]} > 0 || counters)) || { echo "netns_test: no collective given" >&2; exit 2; }
+((${#colls[@]} > 0 || counters)) || [[ -n $probe ]] ||
+  { echo "netns_test: no collective given" >&2; exit 2; }
+if [[ -n $probe && ! $probe =~ ^[0-9.]+:[0-9.]+$ ]]; then
+  echo "netns_test: --probe wants LO:HI in GB/s, got '$probe'" >&2
+  exit 2
+fi
 
 IFS=, read -ra per <<<"$spec"
 nodes=${#per[@]}
@@ -153,6 +161,39 @@ counter_check() {
   ((ok)) || failures=$((failures + 1))
 }
 ((counters)) && counter_check
+
+# probe_check: at init rank 0 measures the link to the last node (core/link_probe.h)
+# and logs, at INFO under TUNING, what the cost model then uses:
+#   cost model: intra-node 1 us 5 GB/s (defaults), inter-node L us B GB/s (measured at init)
+# B must lie in LO..HI (with --rate 1gbit: nominal 0.125 GB/s; tbf's 512 KiB burst
+# may inflate the probe's 2 MiB transfer by up to 1.33 x, CPU load may slow it) and
+# L must be positive. With TUTTI_LINK_PROBE=0 the defaults must stay.
+probe_check() {
+  local lo=${probe%%:*} hi=${probe##*:} line lat bw num='\([0-9.e+-]*\)'
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING run all_reduce -b 1K -e 1K -n 1 -w 0 -c 1 -d float
+  grep -h 'link probe: ' "$NETNS_RUN_DIR/rank0.log" | sed 's/.*NCCL INFO /  /' || true
+  line=$(grep -h 'cost model: ' "$NETNS_RUN_DIR/rank0.log" | sed 's/.*NCCL INFO //' || true)
+  echo "  $line"
+  read -r lat bw < <(sed -n "s/.*inter-node $num us $num GB\/s (measured at init).*/\1 \2/p" \
+    <<<"$line") || true
+  if [[ -z ${bw:-} ]] || ! awk -v l="$lat" -v b="$bw" -v lo="$lo" -v hi="$hi" \
+    'BEGIN { exit !(l > 0 && b >= lo && b <= hi) }'; then
+    echo "  FAIL: wanted a measured inter-node latency > 0 and bandwidth in $lo..$hi GB/s"
+    failures=$((failures + 1))
+  else
+    echo "  ok: measured inter-node bandwidth $bw GB/s in $lo..$hi, latency $lat us"
+  fi
+  TUTTI_LINK_PROBE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
+    run all_reduce -b 1K -e 1K -n 1 -w 0 -c 1 -d float
+  if grep -q 'inter-node 20 us 1.25 GB/s (defaults)' "$NETNS_RUN_DIR/rank0.log"; then
+    echo "  ok: TUTTI_LINK_PROBE=0 keeps the defaults"
+  else
+    echo "  FAIL: with TUTTI_LINK_PROBE=0 the cost model is not the defaults:"
+    grep -h 'cost model: ' "$NETNS_RUN_DIR/rank0.log" | sed 's/^/    /' || true
+    failures=$((failures + 1))
+  fi
+}
+[[ -n $probe ]] && probe_check
 
 echo "netns_test: $runs runs, $failures failed, $((SECONDS - t0)) s"
 ((failures == 0))

@@ -1,0 +1,286 @@
+// tutti's compression extensions (tutti/tutti.h): compressors and compressed
+// all-reduce. The codecs and schedules live in src/compress; this file keeps
+// the per-gradient state and validates what callers pass.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "algo/schedule_util.h"
+#include "capi/errors.h"
+#include "capi/export.h"
+#include "capi/handle.h"
+#include "capi/ops.h"
+#include "compress/powersgd.h"
+#include "compress/wire.h"
+#include "core/log.h"
+#include "tutti/tutti.h"
+
+namespace algo = tutti::algo;
+namespace compress = tutti::compress;
+using tutti::capi::fail;
+using tutti::capi::guard;
+
+struct tuttiCompressor {
+  static constexpr uint64_t kMagic = 0x7475747469637a72ull;
+  uint64_t magic = kMagic;
+  ncclComm* comm = nullptr;
+  tuttiCompressionConfig_t cfg{};
+  bool feedback = false;
+  struct Tensor {
+    size_t count = 0, rows = 0, cols = 0;
+    std::vector<float> residual;  // 1-bit: worker then server residuals
+    std::unique_ptr<compress::PowerSgdState> powerSgd;
+  };
+  std::unordered_map<unsigned long long, Tensor> tensors;
+  tuttiCompressionStats_t stats{};
+  uint64_t wireBytes = 0;
+};
+
+namespace {
+
+std::mutex g_mu;
+std::unordered_set<const tuttiCompressor*> g_live;
+
+bool isLive(const tuttiCompressor* c) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return c && g_live.count(c) && c->magic == tuttiCompressor::kMagic;
+}
+
+const char* kindName(int kind) {
+  switch (kind) {
+    case tuttiCompressNone:
+      return "none";
+    case tuttiCompressFp16:
+      return "fp16";
+    case tuttiCompressBf16:
+      return "bf16";
+    case tuttiCompressOneBit:
+      return "1-bit";
+    case tuttiCompressPowerSGD:
+      return "PowerSGD";
+  }
+  return "?";
+}
+
+// The config with defaults filled in, or the reason it is invalid.
+std::string normalise(const tuttiCompressionConfig_t& in, tuttiCompressionConfig_t* out,
+                      bool* feedback) {
+  tuttiCompressionConfig_t d = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
+  // Fields an older caller's struct has; the rest keep their defaults.
+  memcpy(&d, &in, std::min(in.size, sizeof(d)));
+  d.size = sizeof(d);
+  int kind;
+  memcpy(&kind, &d.kind, sizeof(kind));
+  if (kind < tuttiCompressNone || kind > tuttiCompressPowerSGD)
+    return fmt::format("unknown compression kind {}", kind);
+  if (d.errorFeedback < -1 || d.errorFeedback > 1)
+    return fmt::format("errorFeedback {} (must be -1, 0 or 1)", d.errorFeedback);
+  const bool stateful = kind == tuttiCompressOneBit || kind == tuttiCompressPowerSGD;
+  *feedback = d.errorFeedback == -1 ? stateful : d.errorFeedback == 1;
+  if (*feedback && !stateful)
+    return fmt::format("error feedback is offered for 1-bit and PowerSGD, not {}", kindName(kind));
+  if (kind == tuttiCompressPowerSGD) {
+    if (d.powerSgdRank < 1) return fmt::format("powerSgdRank {} (must be >= 1)", d.powerSgdRank);
+    if (!(d.epsilon >= 0)) return "epsilon must be >= 0";
+    if (!(d.minCompressionRate >= 0)) return "minCompressionRate must be >= 0";
+    if (d.warmStart != 0 && d.warmStart != 1)
+      return fmt::format("warmStart {} (must be 0 or 1)", d.warmStart);
+  }
+  *out = d;
+  return "";
+}
+
+ncclResult_t checkCompressor(tuttiCompressor_t c, const char* fn) {
+  if (!c) return fail(ncclInvalidArgument, std::string(fn) + ": compressor is NULL");
+  if (!isLive(c))
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": compressor is not valid (destroyed or never created)");
+  return ncclSuccess;
+}
+
+tutti::Status statusOf(ncclResult_t rc, ncclComm* comm) {
+  return tutti::Status(static_cast<tutti::Code>(rc), ncclGetLastError(comm));
+}
+
+ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count,
+                           int op, unsigned long long key, size_t rows, size_t cols) {
+  constexpr const char* fn = "tuttiAllReduceCompressed";
+  ncclComm* comm = c->comm;
+  const int kind = c->cfg.kind;
+  const bool average = op == ncclAvg;
+  auto& t = c->tensors[key];
+  const bool fresh = t.count == 0 && !t.powerSgd && t.residual.empty();
+  if (!fresh && (t.count != count || (kind == tuttiCompressPowerSGD && (t.rows != rows ||
+                                                                         t.cols != cols))))
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: key {} was used with count {} ({} x {}), now count {} ({} x {}); "
+                            "a key names one gradient",
+                            fn, key, t.count, t.rows, t.cols, count, rows, cols),
+                comm);
+  t.count = count;
+  t.rows = rows;
+  t.cols = cols;
+  c->stats.calls++;
+  c->stats.payloadBytes += count * sizeof(float);
+  tutti::capi::Compressed exact;
+  exact.wireBytes = &c->wireBytes;
+  auto runExact = [&] {
+    c->stats.exactCalls++;
+    return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &exact);
+  };
+  if (kind == tuttiCompressNone || count * sizeof(float) < c->cfg.minBytes || count == 0)
+    return runExact();
+  if (kind == tuttiCompressPowerSGD) {
+    const int r = c->cfg.powerSgdRank;
+    if (compress::powerSgdRate(rows, cols, r) < c->cfg.minCompressionRate ||
+        std::min(rows, cols) <= static_cast<size_t>(r))
+      return runExact();
+    if (!t.powerSgd) {
+      compress::PowerSgdConfig pc;
+      pc.rank = r;
+      pc.seed = c->cfg.seed;
+      pc.epsilon = c->cfg.epsilon;
+      pc.warmStart = c->cfg.warmStart == 1;
+      pc.feedback = c->feedback;
+      t.powerSgd = std::make_unique<compress::PowerSgdState>(rows, cols, pc, key);
+    }
+    auto sum = [&](float* data, size_t n) {
+      ncclResult_t rc =
+          tutti::capi::allReduce(fn, data, data, n, ncclFloat32, ncclSum, comm, &exact);
+      return rc == ncclSuccess ? tutti::Status::ok() : statusOf(rc, comm);
+    };
+    tutti::Status st = t.powerSgd->run(static_cast<const float*>(send), static_cast<float*>(recv),
+                                       average, comm->nranks, sum);
+    return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
+  }
+  tutti::capi::Compressed z;
+  z.wireBytes = &c->wireBytes;
+  if (kind == tuttiCompressOneBit) {
+    z.wire.format = algo::Wire::kSign;
+    if (t.residual.empty())
+      t.residual.assign(compress::signStateFloats(count, comm->nranks, comm->rank), 0.0f);
+    // Without feedback the residuals are cleared before every call.
+    if (!c->feedback) std::fill(t.residual.begin(), t.residual.end(), 0.0f);
+    z.state = t.residual.data();
+  } else {
+    z.wire.format = kind == tuttiCompressFp16 ? algo::Wire::kHalf : algo::Wire::kBf16;
+  }
+  return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &z);
+}
+
+}  // namespace
+
+TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm, const tuttiCompressionConfig_t* config,
+                                             tuttiCompressor_t* compressor) {
+  return guard("tuttiCompressorCreate", [&] {
+    constexpr const char* fn = "tuttiCompressorCreate";
+    if (!compressor) return fail(ncclInvalidArgument, std::string(fn) + ": compressor is NULL");
+    *compressor = nullptr;
+    if (!comm || !tutti::capi::isLiveComm(comm))
+      return fail(ncclInvalidArgument, std::string(fn) + ": comm is not a valid communicator");
+    if (!config) return fail(ncclInvalidArgument, std::string(fn) + ": config is NULL", comm);
+    if (config->size < offsetof(tuttiCompressionConfig_t, errorFeedback))
+      return fail(ncclInvalidArgument,
+                  std::string(fn) +
+                      ": config.size is too small (initialise it with "
+                      "TUTTI_COMPRESSION_CONFIG_INITIALIZER)",
+                  comm);
+    auto c = std::make_unique<tuttiCompressor>();
+    std::string why = normalise(*config, &c->cfg, &c->feedback);
+    if (!why.empty()) return fail(ncclInvalidArgument, std::string(fn) + ": " + why, comm);
+    c->comm = comm;
+    TUTTI_INFO(tutti::log::kColl, "{}: {} compressor{} for comm {}", fn, kindName(c->cfg.kind),
+               c->feedback ? " with error feedback" : "", static_cast<void*>(comm));
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_live.insert(c.get());
+    *compressor = c.release();
+    return ncclSuccess;
+  });
+}
+
+TUTTI_API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor) {
+  return guard("tuttiCompressorDestroy", [&] {
+    if (!compressor) return ncclSuccess;
+    ncclResult_t rc = checkCompressor(compressor, "tuttiCompressorDestroy");
+    if (rc != ncclSuccess) return rc;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      g_live.erase(compressor);
+    }
+    compressor->magic = 0;
+    delete compressor;
+    return ncclSuccess;
+  });
+}
+
+TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
+                                                ncclDataType_t datatype, ncclRedOp_t op,
+                                                tuttiCompressor_t compressor,
+                                                unsigned long long key, size_t rows, size_t cols,
+                                                cudaStream_t) {
+  return guard("tuttiAllReduceCompressed", [&] {
+    constexpr const char* fn = "tuttiAllReduceCompressed";
+    ncclResult_t rc = checkCompressor(compressor, fn);
+    if (rc != ncclSuccess) return rc;
+    ncclComm* comm = compressor->comm;
+    if (!tutti::capi::isLiveComm(comm))
+      return fail(ncclInvalidUsage,
+                  std::string(fn) + ": the compressor's communicator was destroyed");
+    int dt, rop;
+    memcpy(&dt, &datatype, sizeof(dt));
+    memcpy(&rop, &op, sizeof(rop));
+    if (dt != ncclFloat32)
+      return fail(ncclInvalidArgument,
+                  fmt::format("{}: datatype {} (compressed all-reduce takes ncclFloat32)", fn, dt),
+                  comm);
+    if (rop != ncclSum && rop != ncclAvg)
+      return fail(ncclInvalidArgument,
+                  fmt::format("{}: op {} (compressed all-reduce takes ncclSum or ncclAvg)", fn, rop),
+                  comm);
+    if (tutti::capi::inGroup())
+      return fail(ncclInvalidUsage,
+                  std::string(fn) + ": not allowed inside ncclGroupStart/ncclGroupEnd", comm);
+    if (compressor->cfg.kind == tuttiCompressPowerSGD && count > 0 &&
+        (rows == 0 || cols == 0 || rows * cols != count || rows > count || cols > count))
+      return fail(ncclInvalidArgument,
+                  fmt::format("{}: PowerSGD needs the matrix shape: rows {} x cols {} must equal "
+                              "count {}",
+                              fn, rows, cols, count),
+                  comm);
+    return runCompressed(compressor, sendbuff, recvbuff, count, rop, key, rows, cols);
+  });
+}
+
+TUTTI_API ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
+                                               tuttiCompressionStats_t* stats) {
+  return guard("tuttiCompressorGetStats", [&] {
+    ncclResult_t rc = checkCompressor(compressor, "tuttiCompressorGetStats");
+    if (rc != ncclSuccess) return rc;
+    if (!stats) return fail(ncclInvalidArgument, "tuttiCompressorGetStats: stats is NULL");
+    if (stats->size < sizeof(size_t))
+      return fail(ncclInvalidArgument,
+                  "tuttiCompressorGetStats: stats->size is not set (sizeof(tuttiCompressionStats_t))");
+    tuttiCompressionStats_t s = compressor->stats;
+    s.wireBytesSent = compressor->wireBytes;
+    s.size = std::min(stats->size, sizeof(s));
+    memcpy(stats, &s, s.size);
+    return ncclSuccess;
+  });
+}
+
+namespace tutti::capi {
+
+const std::vector<float>* compressorResidual(const tuttiCompressor* c, unsigned long long key) {
+  if (!isLive(c)) return nullptr;
+  auto it = c->tensors.find(key);
+  if (it == c->tensors.end()) return nullptr;
+  if (it->second.powerSgd)
+    return it->second.powerSgd->residual().empty() ? nullptr : &it->second.powerSgd->residual();
+  return it->second.residual.empty() ? nullptr : &it->second.residual;
+}
+
+}  // namespace tutti::capi
