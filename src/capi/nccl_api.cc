@@ -236,7 +236,8 @@ ncclResult_t groupEndImpl();
 // sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
 // several nodes): fp16 or bf16 on the wire, or nothing.
 algo::Wire envCompression(ncclComm* comm, size_t bytes, int dt, int op) {
-  if (dt != ncclFloat32 || (op != ncclSum && op != ncclAvg) || comm->nranks < 2) return algo::Wire::kRaw;
+  if (dt != ncclFloat32 || (op != ncclSum && op != ncclAvg) || comm->nranks < 2)
+    return algo::Wire::kRaw;
   const std::string& mode = comm->impl->compressionEnv();
   if (mode.empty() || bytes < comm->impl->compressionMinBytes()) return algo::Wire::kRaw;
   if (comm->impl->nodeMap().nNodes() < 2) return algo::Wire::kRaw;
@@ -481,7 +482,6 @@ ncclResult_t fromStatusOfGroup(const Status& st, const std::vector<ncclComm*>& c
 Status agreeScales(const std::vector<ncclComm*>& comms,
                    std::map<ncclComm*, std::vector<const PendingOp*>>& byComm) {
   std::vector<std::vector<float>> maxima(comms.size());
-  std::vector<PendingOp> probes;
   std::vector<std::vector<PendingOp*>> scaled(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
     for (const PendingOp* o : byComm[comms[i]]) {
@@ -492,14 +492,12 @@ Status agreeScales(const std::vector<ncclComm*>& comms,
     }
   }
   std::vector<core::Work> works;
-  std::vector<ncclComm*> used;
   works.reserve(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
     if (maxima[i].empty()) continue;
     PendingOp probe{comms[i], Collective::kAllReduce, maxima[i].data(), maxima[i].data(),
                     maxima[i].size(), ncclFloat32, ncclMax, 0};
     works.emplace_back();
-    used.push_back(comms[i]);
     TUTTI_RETURN_IF_ERROR(buildWork(comms[i], {&probe}, &works.back()));
   }
   if (works.empty()) return Status::ok();
