@@ -6,10 +6,13 @@
 # veth link, shaped with tc tbf to --rate in both directions. The script
 #   1. measures the link: one plain TCP stream node 0 -> node 1 (tcp_stream.py),
 #      then one stream each way at the same time;
-#   2. runs tutti-perf all_reduce once per NCCL_ALGO value (auto = unset);
+#   2. runs tutti-perf all_reduce once per NCCL_ALGO value (auto = unset),
+#      then once per --compress codec (tutti-perf --compress, NCCL_ALGO unset);
 #   3. prints a markdown table: per size and algorithm the time, algbw and
 #      busbw (out-of-place), algbw as a fraction of the nominal link rate, of
-#      the measured TCP rate and of the ideal, and algbw relative to ring.
+#      the measured TCP rate and of the ideal, and algbw relative to ring;
+#      with --compress also the wire ratio and algbw relative to the best
+#      uncompressed row at that size (the "effective busbw" ratio).
 #
 # The ideal all-reduce algbw over N nodes whose links carry B each way is
 # B * N / (2 (N - 1)) (reduce-scatter + all-gather between nodes: each node
@@ -21,6 +24,9 @@
 #   --sizes S        MIN:MAX:FACTOR, one tutti-perf sweep (1K:256M:4), or a
 #                    comma list (4M,64M), one tutti-perf run per size
 #   --algos A        comma list of NCCL_ALGO values (auto,ring,2dring,hierarchical)
+#   --compress C     comma list of codecs, each one more row set: none, fp16, bf16,
+#                    1bit, powersgd (default: none of them, the table as without)
+#   --powersgd-rank R  PowerSGD's rank (4)
 #   --iters N        timed iterations per size (5); --warmup N (1)
 #   --check          validate results (-c 1); default -c 0
 #   --tcp-secs S     seconds of each TCP measurement (3)
@@ -35,7 +41,7 @@ root=$(cd "$here/../.." && pwd)
 source "$root/tests/netns/netns_lib.sh"
 
 spec=2,2 rate=1gbit sizes=1K:256M:4 algos=auto,ring,2dring,hierarchical
-iters=5 warmup=1 check=0 tcp_secs=3 perf='' out=''
+iters=5 warmup=1 check=0 tcp_secs=3 perf='' out='' compress='' psgd_rank=4
 while (($# > 0)); do
   case $1 in
     --nodes) spec=$2; shift 2 ;;
@@ -48,7 +54,9 @@ while (($# > 0)); do
     --tcp-secs) tcp_secs=$2; shift 2 ;;
     --perf) perf=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    --compress) compress=$2; shift 2 ;;
+    --powersgd-rank) psgd_rank=$2; shift 2 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +88,17 @@ nodes=${#per[@]}
 world=0
 for n in "${per[@]}"; do world=$((world + n)); done
 IFS=, read -ra algo_list <<<"$algos"
+compress_list=()
+if [[ -n $compress ]]; then
+  IFS=, read -ra compress_list <<<"$compress"
+  for c in "${compress_list[@]}"; do
+    case $c in
+      none | fp16 | bf16 | 1bit | powersgd) ;;
+      *) echo "run.sh: unknown codec '$c' in --compress (none, fp16, bf16, 1bit, powersgd)" >&2; exit 2 ;;
+    esac
+  done
+fi
+[[ $psgd_rank =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --powersgd-rank needs an integer >= 1" >&2; exit 2; }
 
 size_args=()
 if [[ $sizes == *:*:* ]]; then
@@ -118,30 +137,48 @@ tcp_bidir_Bps=$(printf '%s\n%s\n' "$tcp_b01" "$tcp_b10" |
 export NETNS_SHOW=0 NETNS_TIMEOUT=${NETNS_TIMEOUT:-1800}
 results="$out/results.tsv"
 : >"$results"
-for algo in "${algo_list[@]}"; do
+# The row sets: one per NCCL_ALGO value, then one per --compress codec
+# ("compress=<codec>": tutti-perf --compress, NCCL_ALGO unset).
+row_sets=("${algo_list[@]}")
+for c in "${compress_list[@]}"; do row_sets+=("compress=$c"); done
+for algo in "${row_sets[@]}"; do
   for sa in "${size_args[@]}"; do
     # shellcheck disable=SC2206  # "-b X -e Y -f Z" splits into arguments
     args=($sa)
-    tag="$algo${sa// /}"
-    if [[ $algo == auto ]]; then
+    tag="${algo//=/-}${sa// /}"
+    extra=()
+    noran=-
+    if [[ $algo == compress=* ]]; then
+      codec=${algo#compress=}
       envs=(env -u NCCL_ALGO)
+      extra=(--compress "$codec")
+      if [[ $codec == powersgd ]]; then
+        extra+=(--powersgd-rank "$psgd_rank")
+        # Its own all-reduces are of the factors P and Q, not of the data.
+        noran="powersgd r=$psgd_rank"
+      fi
+      what="tutti-perf --compress $codec"
+    elif [[ $algo == auto ]]; then
+      envs=(env -u NCCL_ALGO)
+      what="NCCL_ALGO=$algo"
     else
       envs=(env NCCL_ALGO="$algo")
+      what="NCCL_ALGO=$algo"
     fi
-    echo "# running NCCL_ALGO=$algo: tutti-perf all_reduce ${args[*]} -n $iters -w $warmup -c $check" >&2
+    echo "# running $what: tutti-perf all_reduce ${args[*]} -n $iters -w $warmup -c $check ${extra[*]}" >&2
     rc=0
     netns_run_ranks "$spec" "${envs[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
-      "$perf" all_reduce "${args[@]}" -n "$iters" -w "$warmup" -c "$check" || rc=$?
+      "$perf" all_reduce "${args[@]}" -n "$iters" -w "$warmup" -c "$check" "${extra[@]}" || rc=$?
     cp "$NETNS_RUN_DIR/rank0.log" "$out/$tag.log"
     if ((rc != 0)); then
-      echo "run.sh: NCCL_ALGO=$algo ${args[*]} failed (exit $rc); see above" >&2
+      echo "run.sh: $what ${args[*]} failed (exit $rc); see above" >&2
       printf '%s\tFAILED\t%s\n' "$algo" "$rc" >>"$results"
       continue
     fi
     # Data rows: size count type redop root time algbw busbw #wrong (out of
-    # place), then the same four for in place. Then the algorithm that ran
-    # for each count, from the TUNING lines.
-    awk -v algo="$algo" -v bf="$(awk -v w="$world" 'BEGIN {print 2 * (w - 1) / w}')" '
+    # place), then the same four for in place, then (--compress) the wire
+    # ratio. Then the algorithm that ran for each count, from the TUNING lines.
+    awk -v algo="$algo" -v noran="$noran" -v wirecol="$((${#compress_list[@]} > 0))" -v bf="$(awk -v w="$world" 'BEGIN {print 2 * (w - 1) / w}')" '
       # "AllReduce count <n> <type> on <w> ranks: algorithm <a> [(NCCL_ALGO=x[ not applicable])]"
       # (tutti-perf also reduces its timings with count-1 all-reduces: keyed
       # by count and type, they do not mix with the data rows).
@@ -161,10 +198,13 @@ for algo in "${algo_list[@]}"; do
       END {
         for (i = 1; i <= n; i++) {
           split(row[i], f, " ")
-          r = ((f[2] " " f[3]) in ran) ? ran[f[2] " " f[3]] : "-"
+          r = ((f[2] " " f[3]) in ran) ? ran[f[2] " " f[3]] : noran
           # algbw and busbw again from size and time: tutti-perf prints 2 decimals.
           alg = f[6] > 0 ? f[1] / f[6] / 1e3 : 0
-          printf "%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s\n", algo, f[1], f[6], alg, alg * bf, f[10], r
+          printf "%s\t%s\t%s\t%.5f\t%.5f\t%s\t%s", algo, f[1], f[6], alg, alg * bf, f[9], r
+          # With --compress, an 8th field: the wire ratio (payload / wire bytes).
+          if (wirecol) printf "\t%s", (14 in f) ? f[14] : "-"
+          printf "\n"
         }
       }' "$out/$tag.log" >>"$results"
   done
@@ -187,13 +227,26 @@ echo "Out-of-place figures (GB = 1e9 B); algbw = size / time, busbw = algbw x 2(
   "(nccl-tests' definition). \"vs link\" = algbw / ideal at the nominal rate," \
   "\"vs TCP\" = algbw / ideal at the measured one-stream TCP rate, \"vs ring\" = algbw / ring's algbw" \
   "at that size; \"ran\": the algorithm tutti reported (TUNING log)."
+if ((${#compress_list[@]} > 0)); then
+  psgd_note=''
+  [[ ,$compress, == *,powersgd,* ]] && psgd_note=", PowerSGD rank $psgd_rank"
+  echo "compress=<codec> rows: tutti-perf --compress <codec> (tuttiAllReduceCompressed, NCCL_ALGO" \
+    "unset$psgd_note); size, algbw and busbw count the float32 payload." \
+    "\"wire\" = payload / bytes sent, over all ranks (tuttiCompressorGetStats);" \
+    "\"vs best\" = algbw / the best uncompressed row's algbw at that size (NCCL_ALGO rows and" \
+    "compress=none): the effective busbw ratio."
+fi
 echo
-awk -F'\t' -v l="$link_Bps" -v t="$tcp_one_Bps" -v n="$nodes" '
+awk -F'\t' -v l="$link_Bps" -v t="$tcp_one_Bps" -v n="$nodes" -v wirecol="$((${#compress_list[@]} > 0))" '
   $2 == "FAILED" { failed[$1] = $3; next }
   {
     key = $2; if (!(key in sz)) { sz[key] = 1; sizes[++ns] = key }
     if (!($1 in al)) { al[$1] = 1; algos[++na] = $1 }
-    time[$1, key] = $3; alg[$1, key] = $4; bus[$1, key] = $5; ran[$1, key] = $7
+    time[$1, key] = $3; alg[$1, key] = $4; bus[$1, key] = $5; ran[$1, key] = $7; wire[$1, key] = $8
+    # The best uncompressed row per size: any NCCL_ALGO row, or compress=none.
+    if (($1 !~ /^compress=/ || $1 == "compress=none") && (!(key in best) || $4 > best[key])) {
+      best[key] = $4; bestname[key] = $1
+    }
   }
   function human(b) {
     if (b >= 1073741824 && b % 1073741824 == 0) return b / 1073741824 "G"
@@ -204,17 +257,34 @@ awk -F'\t' -v l="$link_Bps" -v t="$tcp_one_Bps" -v n="$nodes" '
   function ratio(x, y) { return (y > 0 && x != "") ? sprintf("%.3f", x / y) : "-" }
   END {
     ideal = n / (2 * (n - 1))
-    print "| size | algo | ran | time (us) | algbw (GB/s) | busbw (GB/s) | vs link | vs TCP | vs ring |"
-    print "|---:|---|---|---:|---:|---:|---:|---:|---:|"
+    if (wirecol) {
+      print "| size | algo | ran | time (us) | algbw (GB/s) | busbw (GB/s) | vs link | vs TCP | vs ring | wire | vs best |"
+      print "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    } else {
+      print "| size | algo | ran | time (us) | algbw (GB/s) | busbw (GB/s) | vs link | vs TCP | vs ring |"
+      print "|---:|---|---|---:|---:|---:|---:|---:|---:|"
+    }
     for (i = 1; i <= ns; i++) {
       s = sizes[i]
       for (j = 1; j <= na; j++) {
         a = algos[j]
         if (!((a, s) in alg)) continue
         vr = (("ring", s) in alg) ? ratio(alg[a, s], alg["ring", s]) : "-"
-        printf "| %s | %s | %s | %s | %.4f | %.4f | %s | %s | %s |\n", human(s), a, ran[a, s], time[a, s],
+        printf "| %s | %s | %s | %s | %.4f | %.4f | %s | %s | %s |", human(s), a, ran[a, s], time[a, s],
           alg[a, s], bus[a, s], ratio(alg[a, s] * 1e9, l * ideal), ratio(alg[a, s] * 1e9, t * ideal), vr
+        if (wirecol) printf " %s | %s |", wire[a, s], (s in best) ? ratio(alg[a, s], best[s]) : "-"
+        printf "\n"
       }
     }
-    for (a in failed) printf "\nNCCL_ALGO=%s: tutti-perf failed (exit %s)\n", a, failed[a]
+    if (wirecol) {
+      printf "\n"
+      for (i = 1; i <= ns; i++) {
+        s = sizes[i]
+        if (s in best) printf "Best uncompressed at %s: %s, algbw %.4f GB/s.\n", human(s), bestname[s], best[s]
+      }
+    }
+    for (a in failed) {
+      if (a ~ /^compress=/) printf "\n%s: tutti-perf failed (exit %s)\n", a, failed[a]
+      else printf "\nNCCL_ALGO=%s: tutti-perf failed (exit %s)\n", a, failed[a]
+    }
   }' "$results"

@@ -1,5 +1,6 @@
 #include "bench.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,105 @@ RankContext g_ctx;  // for error reports
     ncclResult_t perf_res_ = (call);                            \
     if (perf_res_ != ncclSuccess) ncclFailed(#call, perf_res_); \
   } while (0)
+
+// ---- compression (--compress) -------------------------------------------------
+//
+// tuttiAllReduceCompressed and its companions are looked up at run time in the
+// library that provides ncclCommInitRank to this process, never linked: with
+// NVIDIA's libnccl (LD_PRELOAD, or a build against it) everything else works,
+// and --compress fails with a clear message instead of mixing two libraries.
+
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+struct CompressApi {
+  decltype(&tuttiCompressorCreate) create = nullptr;
+  decltype(&tuttiCompressorDestroy) destroy = nullptr;
+  decltype(&tuttiAllReduceCompressed) allReduce = nullptr;
+  decltype(&tuttiCompressorGetStats) getStats = nullptr;
+};
+
+bool loadCompressApi(CompressApi* api, std::string* error) {
+  void* init = dlsym(RTLD_DEFAULT, "ncclCommInitRank");
+  Dl_info info{};
+  if (init == nullptr || dladdr(init, &info) == 0 || info.dli_fname == nullptr) {
+    *error = "cannot tell which library provides ncclCommInitRank (dladdr failed)";
+    return false;
+  }
+  const std::string lib = info.dli_fname[0] ? info.dli_fname : "the main program";
+  // The object that defines ncclCommInitRank; its handle searches it and its
+  // own dependencies only (the main program when tutti is linked statically).
+  void* handle = dlopen(info.dli_fname[0] ? info.dli_fname : nullptr, RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    *error = "cannot reopen " + lib + ": " + (why ? why : "?");
+    return false;
+  }
+  const char* missing = nullptr;
+  auto find = [&](const char* name) -> void* {
+    void* sym = dlsym(handle, name);
+    Dl_info where{};
+    // Defined by that very object, not by a dependency of it.
+    if (sym == nullptr || dladdr(sym, &where) == 0 || where.dli_fbase != info.dli_fbase) {
+      if (missing == nullptr) missing = name;
+      return nullptr;
+    }
+    return sym;
+  };
+  api->create = reinterpret_cast<decltype(api->create)>(find("tuttiCompressorCreate"));
+  api->destroy = reinterpret_cast<decltype(api->destroy)>(find("tuttiCompressorDestroy"));
+  api->allReduce = reinterpret_cast<decltype(api->allReduce)>(find("tuttiAllReduceCompressed"));
+  api->getStats = reinterpret_cast<decltype(api->getStats)>(find("tuttiCompressorGetStats"));
+  dlclose(handle);  // RTLD_NOLOAD took a reference; the library stays loaded
+  if (missing != nullptr) {
+    *error = "the NCCL library in use (" + lib + ") does not provide " + missing +
+             ": --compress needs tutti with gradient compression (tutti/tutti.h), not NVIDIA's "
+             "NCCL or an older tutti";
+    return false;
+  }
+  return true;
+}
+
+tuttiCompression_t compressKind(Compress c) {
+  switch (c) {
+    case Compress::kFp16:
+      return tuttiCompressFp16;
+    case Compress::kBf16:
+      return tuttiCompressBf16;
+    case Compress::kOneBit:
+      return tuttiCompressOneBit;
+    case Compress::kPowerSGD:
+      return tuttiCompressPowerSGD;
+    default:
+      return tuttiCompressNone;
+  }
+}
+#else
+struct CompressApi {};
+#endif
+
+// One size's compressed all-reduce: the compressor created for it and the
+// gradient key and PowerSGD shape every call of that size uses.
+struct CompressCall {
+  const CompressApi* api = nullptr;
+  void* compressor = nullptr;  // tuttiCompressor_t
+  unsigned long long key = 1;
+  size_t rows = 0;
+  size_t cols = 0;
+};
+
+// The most square rows x cols == count (rows <= cols): 4096 x 4096 for 16 Mi
+// elements. A prime count gives 1 x count, which PowerSGD runs exact.
+void squareShape(size_t count, size_t* rows, size_t* cols) {
+  if (count == 0) {
+    *rows = *cols = 0;
+    return;
+  }
+  size_t r = static_cast<size_t>(std::sqrt(static_cast<double>(count)));
+  while (r > 1 && r * r > count) --r;
+  while ((r + 1) * (r + 1) <= count) ++r;
+  while (r > 1 && count % r != 0) --r;
+  *rows = r;
+  *cols = count / r;
+}
 
 // ---- sizes and bandwidth ------------------------------------------------------
 
@@ -183,6 +283,14 @@ class Pattern {
     return acc;
   }
 
+  // sum_r |scalar_r * value_r(i)|, over n for an average: the scale of the
+  // rounding errors a lossy wire format makes in element i.
+  double absSum(size_t i) const {
+    double acc = 0;
+    for (int r = 0; r < n_; ++r) acc += std::fabs(scalar(r) * value(r, i));
+    return op_ == Op::kAvg ? acc / n_ : acc;
+  }
+
   // Only a floating-point average may be inexact (1/n premultiplication).
   double tolerance(size_t i, double expected) const {
     if (op_ != Op::kAvg || !t_.is_float) return 0;
@@ -236,6 +344,32 @@ std::string hexBytes(const char* p, size_t n) {
   return s;
 }
 
+// What a compressed all-reduce is timed on: float32 values in [-1, 1),
+// different on every rank, like a gradient (the codecs' cost does not depend
+// on the values, but zeros would make 1-bit's scales and PowerSGD's factors
+// degenerate).
+void fillGradient(float* buf, size_t elems, int rank, uint64_t salt) {
+  const uint64_t seed = mix64(salt ^ (static_cast<uint64_t>(rank) << 40));
+  for (size_t i = 0; i < elems; ++i) {
+    const uint64_t h = mix64(seed + i);
+    buf[i] = static_cast<float>(static_cast<double>(h >> 40) * (2.0 / 16777216.0) - 1.0);
+  }
+}
+
+// A hash of a result's bytes, to compare results across ranks bit for bit.
+uint64_t hashBytes(const char* p, size_t n) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001B3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001B3ull;
+  return mix64(h ^ n);
+}
+
 // ---- the run ------------------------------------------------------------------
 
 struct Case {
@@ -244,6 +378,7 @@ struct Case {
   Op op;
   ncclRedOp_t nccl_op;
   int root;
+  const CompressCall* z = nullptr;  // all_reduce through tuttiAllReduceCompressed
 };
 
 ncclRedOp_t builtinOp(Op op) {
@@ -266,6 +401,15 @@ void launch(const Case& c, const RankContext& ctx, const void* send, void* recv,
   const ncclDataType_t dt = c.type->type;
   switch (c.coll->coll) {
     case Coll::kAllReduce:
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+      if (c.z != nullptr) {
+        ncclResult_t res = c.z->api->allReduce(send, recv, count, dt, c.nccl_op,
+                                               static_cast<tuttiCompressor_t>(c.z->compressor),
+                                               c.z->key, c.z->rows, c.z->cols, stream);
+        if (res != ncclSuccess) ncclFailed("tuttiAllReduceCompressed", res);
+        break;
+      }
+#endif
       PERF_NCCL(ncclAllReduce(send, recv, count, dt, c.nccl_op, ctx.comm, stream));
       break;
     case Coll::kAllGather:
@@ -350,6 +494,13 @@ class Runner {
   int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k, const void* send,
                     void* recv, char* base);
   void warmup(const Case& c, size_t size);
+  // --compress: one compressor per size (created, warmed up with -w calls,
+  // destroyed after the size's row), and the data the timed calls reduce.
+  void createCompressor(size_t count, CompressCall* z);
+  void destroyCompressor(CompressCall* z);
+  void prepareCompressedData(bool in_place, const Counts& k);
+  // Rank 0 prints the wire ratio column (and a note when calls ran exact).
+  void printWireRatio(const CompressCall& z, size_t bytes);
   const void* sendPtr(bool in_place, const Counts& k) const {
     return in_place ? buf_.recv + k.send_inplace * ctx_.rank * elem_ : buf_.send;
   }
@@ -359,6 +510,8 @@ class Runner {
 
   const Options& opts_;
   const RankContext& ctx_;
+  const bool compress_ = opts_.compress != Compress::kOff;
+  CompressApi api_;
   Buffers buf_;
   size_t elem_ = 1;
   int failed_results_ = 0;
@@ -406,12 +559,13 @@ void Runner::printHeader() {
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
       "\n",
       "", "", "", "", "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size",
+  // --compress adds a last column: the wire ratio (payload / wire bytes).
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n", "size",
               "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-              "busbw", "#wrong");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+              "busbw", "#wrong", compress_ ? "     wire" : "");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s%s\n", "(B)",
               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-              "");
+              "", compress_ ? "      (x)" : "");
   std::fflush(stdout);
 }
 
@@ -467,10 +621,33 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
                  rank, c.coll->name, t.name, opName(c.op), c.root, size,
                  in_place ? "in-place" : "out-of-place", j, got.c_str(), want.c_str());
   };
+  // --compress: fp16/bf16 results are within the codec's rounding (n + 2
+  // roundings of its unit roundoff, relative to the sum of the magnitudes,
+  // plus binary16's underflow); 1-bit and PowerSGD are approximate per call,
+  // so only their finiteness is checked here. Every compressed result is also
+  // compared bit for bit with rank 0's (below).
+  const Compress kind = c.z != nullptr ? opts_.compress : Compress::kOff;
+  const bool lossy_values = kind == Compress::kOneBit || kind == Compress::kPowerSGD;
+  const double codec_u = kind == Compress::kFp16   ? std::ldexp(1.0, -11)
+                         : kind == Compress::kBf16 ? std::ldexp(1.0, -8)
+                                                   : 0.0;
   auto checkRed = [&](size_t j, size_t idx) {
-    const double want = p.expected(idx);
-    const double tol = p.tolerance(idx, want);
     const double got = decodeValue(t, recv + j * t.size);
+    if (lossy_values) {
+      if (!std::isfinite(got)) {
+        ++wrong;
+        char g[64];
+        std::snprintf(g, sizeof(g), "%.17g", got);
+        report(j, g, "a finite value");
+      }
+      return;
+    }
+    const double want = p.expected(idx);
+    double tol = p.tolerance(idx, want);
+    if (codec_u > 0) {
+      const double abs_sum = p.absSum(idx);
+      tol += (n + 2) * codec_u * abs_sum + (n + 2) * std::ldexp(abs_sum, -30);
+    }
     const bool ok = !std::isnan(got) && (tol == 0 ? got == want : std::fabs(got - want) <= tol);
     if (!ok) {
       ++wrong;
@@ -522,6 +699,23 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
       for (size_t j = 0; j < cnt; ++j) checkRaw(j, prev, j);
       break;
   }
+  if (c.z != nullptr && n > 1) {
+    // Compressed results must be bit-identical on every rank: one more wrong
+    // result per rank whose bytes differ from rank 0's.
+    cudaStream_t stream{};
+    uint64_t mine = hashBytes(recv, cnt * t.size);
+    uint64_t root_hash = mine;
+    PERF_NCCL(ncclBroadcast(&root_hash, &root_hash, 1, ncclUint64, 0, ctx_.comm, stream));
+    if (root_hash != mine) {
+      ++wrong;
+      if (mismatch_reports_++ < 8) {
+        std::fprintf(stderr,
+                     "tutti-perf: rank %d: all_reduce --compress %s size %zu %s: the result is not "
+                     "bit-identical to rank 0's\n",
+                     rank, compressName(kind), size, in_place ? "in-place" : "out-of-place");
+      }
+    }
+  }
   if (n > 1) {
     cudaStream_t stream{};
     PERF_NCCL(ncclAllReduce(&wrong, &wrong, 1, ncclInt64, ncclSum, ctx_.comm, stream));
@@ -536,18 +730,101 @@ void Runner::warmup(const Case& c, size_t size) {
   }
 }
 
-void Runner::runCase(const Case& c) {
-  warmup(c, opts_.max_bytes);
-  warmup(c, opts_.min_bytes);
+void Runner::createCompressor(size_t count, CompressCall* z) {
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+  z->api = &api_;
+  z->key = 1;  // one gradient per size, the same key every call
+  squareShape(count, &z->rows, &z->cols);
+  tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
+  cfg.kind = compressKind(opts_.compress);
+  if (opts_.compress == Compress::kPowerSGD) cfg.powerSgdRank = opts_.powersgd_rank;
+  tuttiCompressor_t comp = nullptr;
+  ncclResult_t res = api_.create(ctx_.comm, &cfg, &comp);
+  if (res != ncclSuccess) ncclFailed("tuttiCompressorCreate", res);
+  z->compressor = comp;
+#else
+  (void)count;
+  (void)z;
+#endif
+}
+
+void Runner::destroyCompressor(CompressCall* z) {
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+  if (z->compressor == nullptr) return;
+  ncclResult_t res = api_.destroy(static_cast<tuttiCompressor_t>(z->compressor));
+  if (res != ncclSuccess) ncclFailed("tuttiCompressorDestroy", res);
+  z->compressor = nullptr;
+#else
+  (void)z;
+#endif
+}
+
+void Runner::prepareCompressedData(bool in_place, const Counts& k) {
+  fillGradient(reinterpret_cast<float*>(buf_.send), k.send, ctx_.rank, 0x5EED);
+  if (in_place) std::memcpy(buf_.recv, buf_.send, k.send * elem_);
+}
+
+void Runner::printWireRatio(const CompressCall& z, size_t bytes) {
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+  tuttiCompressionStats_t st{};
+  st.size = sizeof(st);
+  ncclResult_t res = api_.getStats(static_cast<tuttiCompressor_t>(z.compressor), &st);
+  if (res != ncclSuccess) ncclFailed("tuttiCompressorGetStats", res);
+  // Summed over the ranks: 1-bit's servers send more than the other ranks.
+  uint64_t sums[2] = {st.payloadBytes, st.wireBytesSent};
+  if (ctx_.nranks > 1) {
+    cudaStream_t stream{};
+    PERF_NCCL(ncclAllReduce(sums, sums, 2, ncclUint64, ncclSum, ctx_.comm, stream));
+  }
+  if (ctx_.rank != 0) return;
+  if (sums[1] > 0) {
+    std::printf("  %7.2f\n", static_cast<double>(sums[0]) / static_cast<double>(sums[1]));
+  } else {
+    std::printf("  %7s\n", "-");  // nothing sent: one rank, or size 0
+  }
+  if (st.exactCalls > 0 && bytes > 0 && opts_.compress != Compress::kNone) {
+    std::printf("# %zu bytes: %llu of %llu %s calls ran exact", bytes, st.exactCalls, st.calls,
+                compressName(opts_.compress));
+    if (opts_.compress == Compress::kPowerSGD) {
+      std::printf(" (PowerSGD %zu x %zu at rank %d: too small to compress)", z.rows, z.cols,
+                  opts_.powersgd_rank);
+    }
+    std::printf("\n");
+  }
+#else
+  (void)z;
+  (void)bytes;
+#endif
+}
+
+void Runner::runCase(const Case& c0) {
+  // With --compress each size warms up its own compressor instead (below).
+  if (!compress_) {
+    warmup(c0, opts_.max_bytes);
+    warmup(c0, opts_.min_bytes);
+  }
   const bool print = ctx_.rank == 0;
-  const double factor = busFactor(c.coll->coll, ctx_.nranks);
+  const double factor = busFactor(c0.coll->coll, ctx_.nranks);
   // ncclAlltoAll and send/recv with sendbuff == recvbuff are timed like
   // nccl-tests does, but NCCL does not define their result: not validated.
-  const bool in_place_defined = c.coll->coll != Coll::kAllToAll && c.coll->coll != Coll::kSendRecv;
+  const bool in_place_defined =
+      c0.coll->coll != Coll::kAllToAll && c0.coll->coll != Coll::kSendRecv;
   for (long cycle = 0; opts_.run_cycles == 0 || cycle < opts_.run_cycles; ++cycle) {
     for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
-      const Counts k = countsFor(c.coll->coll, size / elem_, ctx_.nranks);
+      const Counts k = countsFor(c0.coll->coll, size / elem_, ctx_.nranks);
       const size_t bytes = std::max(k.send, k.recv) * elem_;
+      Case c = c0;
+      CompressCall z;
+      if (compress_) {
+        createCompressor(k.param, &z);
+        c.z = &z;
+        // Warm-up: the key's state (residuals, PowerSGD's Q) is created by
+        // the first call; the timed calls then reuse it, as training does.
+        prepareCompressedData(false, k);
+        for (int i = 0; i < opts_.warmup_iters; ++i) {
+          launch(c, ctx_, sendPtr(false, k), recvPtr(false, k), k.param);
+        }
+      }
       if (print) {
         std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, k.param, c.type->name, opName(c.op),
                     c.coll->has_root ? c.root : -1);
@@ -556,6 +833,7 @@ void Runner::runCase(const Case& c) {
         const bool in_place = ip == 1;
         const void* send = sendPtr(in_place, k);
         void* recv = recvPtr(in_place, k);
+        if (compress_) prepareCompressedData(in_place, k);
         const double sec = timeOps(c, send, recv, k.param);
         const double algbw = sec > 0 ? static_cast<double>(bytes) / sec / 1e9 : 0;
         const double busbw = algbw * factor;
@@ -575,10 +853,13 @@ void Runner::runCase(const Case& c) {
           }
         }
       }
-      if (print) {
+      if (compress_) {
+        printWireRatio(z, bytes);
+        destroyCompressor(&z);
+      } else if (print) {
         std::printf("\n");
-        std::fflush(stdout);
       }
+      if (print) std::fflush(stdout);
       size_t next;
       if (opts_.step_factor > 1) {
         next = size == 0 ? 1 : size * opts_.step_factor;
@@ -611,6 +892,23 @@ int Runner::run() {
     }
   } else {
     roots.push_back(-1);
+  }
+
+  if (compress_) {
+    std::string error;
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+    const bool loaded = loadCompressApi(&api_, &error);
+#else
+    const bool loaded = false;
+    error = "this tutti-perf was built without tutti/tutti.h";
+#endif
+    if (!loaded) {
+      if (ctx_.rank == 0) {
+        std::fprintf(stderr, "tutti-perf: --compress %s: %s\n", compressName(opts_.compress),
+                     error.c_str());
+      }
+      return kExitUsage;
+    }
   }
 
   buf_.bytes = (std::max<size_t>(opts_.max_bytes, 64) + 4095) / 4096 * 4096;
@@ -683,6 +981,15 @@ void printPreamble(const Options& opts, int nranks) {
       factor ? "factor" : "bytes", opts.warmup_iters, opts.iters, opts.agg_iters, opts.check);
   if (opts.blocking) {
     std::printf("# Blocking Enabled: wait for completion and barrier after each collective\n");
+  }
+  if (opts.compress != Compress::kOff) {
+    std::printf("# Compression: %s", compressName(opts.compress));
+    if (opts.compress == Compress::kPowerSGD) {
+      std::printf(" rank %d on the most square rows x cols == count", opts.powersgd_rank);
+    }
+    std::printf(
+        " through tuttiAllReduceCompressed, one compressor per size (key reused by every call); "
+        "busbw counts the float32 payload; wire = payload / wire bytes over all ranks\n");
   }
   std::printf("#\n");
   std::fflush(stdout);

@@ -41,6 +41,28 @@ std::string squash(const std::string& s) {
 }
 
 constexpr int kOptNp = 256;
+constexpr int kOptCompress = 257;
+constexpr int kOptPowerSgdRank = 258;
+
+const struct {
+  Compress kind;
+  const char* name;
+} kCompressNames[] = {
+    {Compress::kNone, "none"},     {Compress::kFp16, "fp16"},         {Compress::kBf16, "bf16"},
+    {Compress::kOneBit, "1bit"},   {Compress::kPowerSGD, "powersgd"},
+};
+
+bool parseCompress(const char* text, Compress* out) {
+  std::string key = squash(text);  // "1-bit", "1bit", "PowerSGD", "power_sgd"
+  if (key == "onebit") key = "1bit";
+  for (const auto& c : kCompressNames) {
+    if (key == c.name) {
+      *out = c.kind;
+      return true;
+    }
+  }
+  return false;
+}
 
 const option kLongOpts[] = {
     {"nthreads", required_argument, nullptr, 't'},
@@ -64,6 +86,9 @@ const option kLongOpts[] = {
     {"average", required_argument, nullptr, 'a'},
     {"run_cycles", required_argument, nullptr, 'N'},
     {"np", required_argument, nullptr, kOptNp},
+    {"compress", required_argument, nullptr, kOptCompress},
+    {"powersgd-rank", required_argument, nullptr, kOptPowerSgdRank},
+    {"powersgd_rank", required_argument, nullptr, kOptPowerSgdRank},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
 };
@@ -73,6 +98,13 @@ const char kShortOpts[] = ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:T:G:C:a:N:h";
 }  // namespace
 
 const std::vector<CollInfo>& allColls() { return kColls; }
+
+const char* compressName(Compress c) {
+  for (const auto& n : kCompressNames) {
+    if (n.kind == c) return n.name;
+  }
+  return "off";
+}
 
 const CollInfo* findColl(const std::string& name) {
   std::string key = squash(name);
@@ -116,6 +148,9 @@ void printUsage(const char* prog) {
       "  -C, --report_cputime <0/1>  accepted; times are host wall-clock times\n"
       "      --np <n>                ranks to start on this host when not under a launcher "
       "(default 2)\n"
+      "      --compress <kind>       all_reduce through tuttiAllReduceCompressed: none, fp16, bf16,\n"
+      "                              1bit or powersgd (float, sum/avg only; tutti only)\n"
+      "      --powersgd-rank <r>     PowerSGD rank (default 4)\n"
       "  -h, --help                  this text\n"
       "\n"
       "Under torchrun, mpirun or srun every launched process is one rank and --np is\n"
@@ -129,6 +164,7 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
   bool ops_set = false;
   bool step_factor_set = false;
   bool step_bytes_set = false;
+  bool powersgd_rank_set = false;
   opterr = 0;
   optind = 1;
   int c;
@@ -230,6 +266,15 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         opts->np = static_cast<int>(v);
         opts->np_given = true;
         break;
+      case kOptCompress:
+        if (!parseCompress(optarg, &opts->compress))
+          return bad(c, optarg, "none, fp16, bf16, 1bit or powersgd");
+        break;
+      case kOptPowerSgdRank:
+        if (!parseLong(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");
+        opts->powersgd_rank = static_cast<int>(v);
+        powersgd_rank_set = true;
+        break;
       case 'd': {
         types_set = true;
         opts->types.clear();
@@ -305,6 +350,46 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
   if (opts->min_bytes > opts->max_bytes) {
     std::fprintf(stderr, "%s: -b/--minbytes (%zu) is larger than -e/--maxbytes (%zu)\n", prog,
                  opts->min_bytes, opts->max_bytes);
+    return ParseResult::kError;
+  }
+  if (opts->compress != Compress::kOff) {
+    // tuttiAllReduceCompressed: float32, sum or average, never inside a group.
+    const char* kind = compressName(opts->compress);
+    if (opts->coll->coll != Coll::kAllReduce) {
+      std::fprintf(stderr,
+                   "%s: --compress %s works with all_reduce only (tuttiAllReduceCompressed), not "
+                   "%s\n",
+                   prog, kind, opts->coll->name);
+      return ParseResult::kError;
+    }
+    for (const TypeInfo* t : opts->types) {
+      if (t->type != ncclFloat32) {
+        std::fprintf(stderr,
+                     "%s: --compress %s needs -d float (compressed all-reduce takes float32 "
+                     "only), not %s\n",
+                     prog, kind, opts->types.size() > 1 ? "-d all" : t->name);
+        return ParseResult::kError;
+      }
+    }
+    for (Op op : opts->ops) {
+      if (op != Op::kSum && op != Op::kAvg) {
+        std::fprintf(stderr,
+                     "%s: --compress %s needs -o sum or -o avg (compressed all-reduce sums or "
+                     "averages only), not %s\n",
+                     prog, kind, opts->ops.size() > 2 ? "-o all" : opName(op));
+        return ParseResult::kError;
+      }
+    }
+    if (opts->agg_iters > 1) {
+      std::fprintf(stderr,
+                   "%s: --compress %s cannot be combined with -m/--agg_iters %d: "
+                   "tuttiAllReduceCompressed is not allowed inside ncclGroupStart/End\n",
+                   prog, kind, opts->agg_iters);
+      return ParseResult::kError;
+    }
+  }
+  if (powersgd_rank_set && opts->compress != Compress::kPowerSGD) {
+    std::fprintf(stderr, "%s: --powersgd-rank applies to --compress powersgd only\n", prog);
     return ParseResult::kError;
   }
   if (step_bytes_set && step_factor_set && opts->step_factor > 1) {

@@ -36,6 +36,11 @@ struct CollInfo {
 const CollInfo* findColl(const std::string& name);
 const std::vector<CollInfo>& allColls();
 
+// --compress: all_reduce through tuttiAllReduceCompressed (docs/tutti-perf.md).
+enum class Compress { kOff, kNone, kFp16, kBf16, kOneBit, kPowerSGD };
+// "none", "fp16", "bf16", "1bit", "powersgd" ("off" for kOff).
+const char* compressName(Compress c);
+
 struct Options {
   const CollInfo* coll = nullptr;
   size_t min_bytes = size_t{32} << 20;
@@ -55,6 +60,8 @@ struct Options {
   bool np_given = false;
   std::vector<const TypeInfo*> types;
   std::vector<Op> ops;
+  Compress compress = Compress::kOff;  // kOff: plain ncclAllReduce
+  int powersgd_rank = 4;
 };
 
 enum class ParseResult { kOk, kHelp, kError };
