@@ -77,19 +77,6 @@ constexpr int kSteps = 1200;
 // 1-bit's swings at the last step.
 constexpr int kTailEvery = 10;
 
-struct Env {
-  explicit Env(std::vector<std::pair<const char*, const char*>> vars) {
-    for (auto& [k, v] : vars) {
-      setenv(k, v, 1);
-      names.push_back(k);
-    }
-  }
-  ~Env() {
-    for (auto* k : names) unsetenv(k);
-  }
-  std::vector<const char*> names;
-};
-
 // Portable Gaussian stream (splitmix64 + Box-Muller): the same data with every
 // standard library.
 class Gaussian {

@@ -53,19 +53,6 @@ float inputOf(Data d, int r, size_t i, int step) {
   }
 }
 
-struct Env {
-  explicit Env(std::vector<std::pair<const char*, const char*>> vars) {
-    for (auto& [k, v] : vars) {
-      setenv(k, v, 1);
-      names.push_back(k);
-    }
-  }
-  ~Env() {
-    for (auto* k : names) unsetenv(k);
-  }
-  std::vector<const char*> names;
-};
-
 tuttiCompressor_t makeCompressor(ncclComm_t comm, tuttiCompression_t kind, int feedback = -1,
                                  int rank = 4) {
   tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;

@@ -7,9 +7,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/float_formats.h"
@@ -17,6 +19,23 @@
 #include "nccl.h"
 
 namespace tutti::test {
+
+// Sets environment variables for its lifetime (unset afterwards): the
+// library reads them when communicators are created.
+struct Env {
+  explicit Env(std::vector<std::pair<const char*, const char*>> vars) {
+    for (auto& [k, v] : vars) {
+      setenv(k, v, 1);
+      names.push_back(k);
+    }
+  }
+  ~Env() {
+    for (auto* k : names) unsetenv(k);
+  }
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+  std::vector<const char*> names;
+};
 
 // Runs fn(rank, comm) on n threads; communicators are created and destroyed here.
 inline void runRanks(int n, const std::function<void(int, ncclComm_t)>& fn) {
