@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 #include "core/params.h"
 
@@ -32,7 +35,11 @@ TEST(Params, ParseIntAcceptsSuffixesAndRejectsGarbage) {
 class ParamsFile : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = ::testing::TempDir() + "tutti_params_test.conf";
+    // One file per process: ctest runs each test as its own process, in
+    // parallel, and a shared name let one test's TearDown delete the file
+    // another was reading.
+    path_ = ::testing::TempDir() + "tutti_params_test." +
+            std::to_string(::getpid()) + ".conf";
     std::ofstream f(path_);
     f << "# a comment line\n"
       << "TUTTI_TEST_A = 42   # trailing comment\n"
