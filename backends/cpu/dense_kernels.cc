@@ -81,7 +81,7 @@ TUTTI_DENSE_INLINE void backScalar(const float* Mp, size_t rows, size_t cols, co
 
 // Rows [0, rows) of powerApprox.
 TUTTI_DENSE_INLINE void approxScalar(const float* P, const float* Q, size_t rows, size_t cols,
-                                     size_t r, float* out, float* E) {
+                                     size_t r, float* out, float* E, float outScale) {
   for (size_t i = 0; i < rows; ++i) {
     const float* p = P + i * r;
     float* o = out + i * cols;
@@ -90,7 +90,7 @@ TUTTI_DENSE_INLINE void approxScalar(const float* P, const float* Q, size_t rows
       const float* q = Q + j * r;
       float acc = 0.0f;
       for (size_t k = 0; k < r; ++k) acc = std::fma(p[k], q[k], acc);
-      o[j] = acc;
+      o[j] = outScale == 1.0f ? acc : outScale * acc;
       if (e != nullptr) e[j] = e[j] - acc;
     }
   }
@@ -108,8 +108,8 @@ void powerBackGeneric(const float* Mp, size_t rows, size_t cols, const float* P,
 }
 
 void powerApproxGeneric(const float* P, const float* Q, size_t rows, size_t cols, size_t r,
-                        float* out, float* E) {
-  approxScalar(P, Q, rows, cols, r, out, E);
+                        float* out, float* E, float outScale) {
+  approxScalar(P, Q, rows, cols, r, out, E, outScale);
 }
 
 // ---- AVX2 + FMA -------------------------------------------------------------------------------
@@ -162,13 +162,26 @@ TUTTI_DENSE_INLINE void addInto(const float* m, float* e, size_t n) {
   for (; x < n; ++x) e[x] = m[x] + e[x];
 }
 
-// e[x] = e[x] - o[x] for x < n (powerApprox's new residual).
-TUTTI_DENSE_INLINE void subtractFrom(const float* o, float* e, size_t n) {
+// powerApprox's elementwise tail on x < n, o holding the chains: e[x] = e[x] - o[x] (the new
+// residual; skipped when e is null), then o[x] = s * o[x] (skipped when s == 1).
+TUTTI_DENSE_INLINE void residualAndScale(float* o, float* e, size_t n, float s) {
+  const bool scaled = s != 1.0f;
+  const __m256 sv = _mm256_set1_ps(s);
   size_t x = 0;
-  for (; x + 8 <= n; x += 8) {
-    _mm256_storeu_ps(e + x, _mm256_sub_ps(_mm256_loadu_ps(e + x), _mm256_loadu_ps(o + x)));
+  if (e != nullptr) {
+    for (; x + 8 <= n; x += 8) {
+      const __m256 v = _mm256_loadu_ps(o + x);
+      _mm256_storeu_ps(e + x, _mm256_sub_ps(_mm256_loadu_ps(e + x), v));
+      if (scaled) _mm256_storeu_ps(o + x, _mm256_mul_ps(sv, v));
+    }
+    for (; x < n; ++x) {
+      e[x] = e[x] - o[x];
+      if (scaled) o[x] = s * o[x];
+    }
+  } else if (scaled) {
+    for (; x + 8 <= n; x += 8) _mm256_storeu_ps(o + x, _mm256_mul_ps(sv, _mm256_loadu_ps(o + x)));
+    for (; x < n; ++x) o[x] = s * o[x];
   }
-  for (; x < n; ++x) e[x] = e[x] - o[x];
 }
 
 // Adds columns j..j+7 of the 8 rows at src (pitch cols) to the chains s[kk] (lane a = row a) of
@@ -316,7 +329,8 @@ void powerBackAvx2(const float* Mp, size_t rows, size_t cols, const float* P, si
 // then, per chunk, E = E - out row by row (see kChunkCols). R > 0 fixes the rank at compile
 // time (R == r); R == 0 takes any r <= kMaxVecRank.
 template <int R>
-void approxRows(const float* P, const float* Q, size_t cols, size_t r, float* out, float* E) {
+void approxRows(const float* P, const float* Q, size_t cols, size_t r, float* out, float* E,
+                float outScale) {
   const size_t rank = R > 0 ? R : r;
   alignas(32) float pt[kMaxVecRank * 8];
   for (size_t a = 0; a < 8; ++a) {
@@ -352,19 +366,22 @@ void approxRows(const float* P, const float* Q, size_t cols, size_t r, float* ou
       _mm256_store_ps(v, o);
       for (size_t a = 0; a < 8; ++a) out[a * cols + j] = v[a];
     }
-    if (E != nullptr) {
-      for (size_t a = 0; a < 8; ++a) subtractFrom(out + a * cols + j0, E + a * cols + j0, j1 - j0);
+    if (E != nullptr || outScale != 1.0f) {
+      for (size_t a = 0; a < 8; ++a) {
+        residualAndScale(out + a * cols + j0, E != nullptr ? E + a * cols + j0 : nullptr, j1 - j0,
+                         outScale);
+      }
     }
   }
 }
 
 void powerApproxAvx2(const float* P, const float* Q, size_t rows, size_t cols, size_t r, float* out,
-                     float* E) {
+                     float* E, float outScale) {
   if (r > kMaxVecRank) {
-    approxScalar(P, Q, rows, cols, r, out, E);
+    approxScalar(P, Q, rows, cols, r, out, E, outScale);
     return;
   }
-  void (*rows8)(const float*, const float*, size_t, size_t, float*, float*);
+  void (*rows8)(const float*, const float*, size_t, size_t, float*, float*, float);
   switch (r) {
     case 1:
       rows8 = approxRows<1>;
@@ -387,11 +404,11 @@ void powerApproxAvx2(const float* P, const float* Q, size_t rows, size_t cols, s
   }
   size_t i = 0;
   for (; i + 8 <= rows; i += 8) {
-    rows8(P + i * r, Q, cols, r, out + i * cols, E != nullptr ? E + i * cols : nullptr);
+    rows8(P + i * r, Q, cols, r, out + i * cols, E != nullptr ? E + i * cols : nullptr, outScale);
   }
   if (i < rows) {
     approxScalar(P + i * r, Q, rows - i, cols, r, out + i * cols,
-                 E != nullptr ? E + i * cols : nullptr);
+                 E != nullptr ? E + i * cols : nullptr, outScale);
   }
 }
 
@@ -553,12 +570,12 @@ void powerBack(const float* Mp, size_t rows, size_t cols, const float* P, size_t
 }
 
 void powerApprox(const float* P, const float* Q, size_t rows, size_t cols, size_t r, float* out,
-                 float* E) {
+                 float* E, float outScale) {
   if (rows == 0 || cols == 0) return;
 #if TUTTI_DENSE_X86
-  if (useAvx2()) return powerApproxAvx2(P, Q, rows, cols, r, out, E);
+  if (useAvx2()) return powerApproxAvx2(P, Q, rows, cols, r, out, E, outScale);
 #endif
-  powerApproxGeneric(P, Q, rows, cols, r, out, E);
+  powerApproxGeneric(P, Q, rows, cols, r, out, E, outScale);
 }
 
 void orthonormalizeColumns(float* P, size_t rows, size_t r, float eps) {

@@ -69,12 +69,16 @@ void powerProject(const float* M, float* E, size_t rows, size_t cols, const floa
 void powerBack(const float* Mp, size_t rows, size_t cols, const float* P, size_t r, float* Q);
 
 // The decompressed approximation and the new residual, in one pass:
-//   out[i][j] = sum_k P[i][k] * Q[j][k]   (fma chain over k = 0..r-1)
-//   E[i][j]   = E[i][j] - out[i][j]       (float subtract; only when E != nullptr,
+//   a         = sum_k P[i][k] * Q[j][k]   (fma chain over k = 0..r-1)
+//   E[i][j]   = E[i][j] - a               (float subtract; only when E != nullptr,
 //                                          E holding M' from powerProject)
-// P: rows x r; Q: cols x r; out, E: rows x cols. out must not overlap E, P or Q.
+//   out[i][j] = outScale * a              (one float multiply; out = a when outScale
+//                                          is 1)
+// outScale lets a sum all-reduce (outScale = n) keep the residual against the
+// average without a second pass over out. P: rows x r; Q: cols x r; out, E:
+// rows x cols. out must not overlap E, P or Q.
 void powerApprox(const float* P, const float* Q, size_t rows, size_t cols, size_t r, float* out,
-                 float* E);
+                 float* E, float outScale = 1.0f);
 
 // Gram-Schmidt with reorthogonalisation on the r columns of P (rows x r,
 // row-major), in place, column by column: from column c the projections on the

@@ -39,9 +39,9 @@ Status PowerSgdState::run(const float* in, float* out, bool average, int nranks,
   // is what it contributed beyond it.
   if (nranks > 1)
     cpu::scale(q_.data(), q_.data(), q_.size(), DataType::kFloat32, 1.0 / nranks);
-  cpu::powerApprox(p_.data(), q_.data(), rows_, cols_, r_, out, e);
-  if (!average && nranks > 1)
-    cpu::scale(out, out, rows_ * cols_, DataType::kFloat32, static_cast<double>(nranks));
+  // A sum is n times the average, scaled in the same pass.
+  const float outScale = average ? 1.0f : static_cast<float>(nranks);
+  cpu::powerApprox(p_.data(), q_.data(), rows_, cols_, r_, out, e, outScale);
   return Status::ok();
 }
 

@@ -90,7 +90,7 @@ std::vector<Shape> shapes() {
 }
 
 struct Outputs {
-  std::vector<float> P, Eproj, Q, out, Eapprox;
+  std::vector<float> P, Eproj, Q, out, Eapprox, outScaled, EapproxScaled;
 };
 
 // Runs the three products on fixed inputs for one shape with the active instruction set.
@@ -110,6 +110,11 @@ Outputs runAll(const Shape& s, bool withE) {
   o.Eapprox = withE ? uniform(n, 5) : std::vector<float>();
   powerApprox(P2.data(), Q.data(), s.rows, s.cols, s.r, o.out.data(),
               withE ? o.Eapprox.data() : nullptr);
+  // A sum all-reduce's call: out scaled by the rank count in the same pass.
+  o.outScaled.assign(n, -7.0f);
+  o.EapproxScaled = withE ? uniform(n, 5) : std::vector<float>();
+  powerApprox(P2.data(), Q.data(), s.rows, s.cols, s.r, o.outScaled.data(),
+              withE ? o.EapproxScaled.data() : nullptr, 3.0f);
   return o;
 }
 
@@ -188,6 +193,19 @@ TEST(CpuDenseKernels, ProductsMatchDoubleReferenceAndDefinition) {
     std::vector<float> out2(rows * cols, -7.0f);
     powerApprox(P.data(), Qb.data(), rows, cols, r, out2.data(), nullptr);
     ASSERT_TRUE(sameBits(out2, out));
+
+    // outScale: out = s * chain (one float multiply), the residual still against the chain.
+    for (float scale : {1.0f, 3.0f, 0.375f}) {
+      SCOPED_TRACE(scale);
+      std::vector<float> outS(rows * cols, -7.0f), Es = Mp, outN(rows * cols, -7.0f);
+      powerApprox(P.data(), Qb.data(), rows, cols, r, outS.data(), Es.data(), scale);
+      ASSERT_TRUE(sameBits(Es, Ea)) << "the residual must not depend on outScale";
+      powerApprox(P.data(), Qb.data(), rows, cols, r, outN.data(), nullptr, scale);
+      ASSERT_TRUE(sameBits(outN, outS));
+      std::vector<float> want(rows * cols);
+      for (size_t x = 0; x < rows * cols; ++x) want[x] = scale * out[x];
+      ASSERT_TRUE(sameBits(outS, want));
+    }
   }
 }
 
@@ -210,6 +228,8 @@ TEST(CpuDenseKernels, IsaVariantsBitIdenticalToGeneric) {
         EXPECT_TRUE(sameBits(got.Q, want.Q));
         EXPECT_TRUE(sameBits(got.out, want.out));
         EXPECT_TRUE(sameBits(got.Eapprox, want.Eapprox));
+        EXPECT_TRUE(sameBits(got.outScaled, want.outScaled));
+        EXPECT_TRUE(sameBits(got.EapproxScaled, want.EapproxScaled));
       }
     }
   }
