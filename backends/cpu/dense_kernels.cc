@@ -38,7 +38,8 @@ namespace tutti::cpu {
 namespace {
 
 // Largest rank the AVX2 variants handle (their per-block state lives on the stack: at most
-// 128 x 8 floats = 4 KiB); larger ranks take the scalar code.
+// 2 x 128 x 8 floats = 8 KiB for powerProject, a 16 KiB panel for the other two); larger ranks
+// take the scalar code.
 constexpr size_t kMaxVecRank = 128;
 
 // ---- scalar definition ------------------------------------------------------------------------
@@ -121,14 +122,13 @@ void powerApproxGeneric(const float* P, const float* Q, size_t rows, size_t cols
 #pragma GCC target("avx2,fma")
 #endif
 
-// Blocks of 8 rows are handled in column chunks, each in two passes: a transposing pass that
-// touches the 8 rows at once (project: reads M' to run the chains; approx: writes out), and a
-// row-by-row elementwise pass (project, before: E = M + E; approx, after: E = E - out). Keeping
-// the passes apart matters with power-of-two row pitches: rows then share every 4 KiB offset,
-// and a load just after a store to the same offset of another row stalls (4K aliasing), while
-// row by row the streams are contiguous (a whole 8-row block is one run of memory when the
-// chunk spans the row). A chunk of 8 rows x 8192 floats (256 KiB) stays in L2 between passes,
-// so memory still sees one pass.
+// powerProject: blocks of 16 (or 8) rows are handled in column chunks, each in two passes: a
+// row-by-row elementwise pass (E = M + E) and a transposing pass that touches the block's rows
+// at once to run the chains (lanes are rows, since each chain runs along a row). Keeping the
+// passes apart matters with power-of-two row pitches: rows then share every 4 KiB offset, and
+// a load just after a store to the same offset of another row stalls (4K aliasing), while row
+// by row the streams are contiguous. A chunk of 16 rows x 8192 floats (512 KiB) stays in L2
+// between passes, so memory still sees one pass.
 constexpr size_t kChunkCols = 8192;
 
 TUTTI_DENSE_INLINE __m256 loadPair(const float* lo, const float* hi) {
@@ -162,100 +162,92 @@ TUTTI_DENSE_INLINE void addInto(const float* m, float* e, size_t n) {
   for (; x < n; ++x) e[x] = m[x] + e[x];
 }
 
-// powerApprox's elementwise tail on x < n, o holding the chains: e[x] = e[x] - o[x] (the new
-// residual; skipped when e is null), then o[x] = s * o[x] (skipped when s == 1).
-TUTTI_DENSE_INLINE void residualAndScale(float* o, float* e, size_t n, float s) {
-  const bool scaled = s != 1.0f;
-  const __m256 sv = _mm256_set1_ps(s);
-  size_t x = 0;
-  if (e != nullptr) {
-    for (; x + 8 <= n; x += 8) {
-      const __m256 v = _mm256_loadu_ps(o + x);
-      _mm256_storeu_ps(e + x, _mm256_sub_ps(_mm256_loadu_ps(e + x), v));
-      if (scaled) _mm256_storeu_ps(o + x, _mm256_mul_ps(sv, v));
-    }
-    for (; x < n; ++x) {
-      e[x] = e[x] - o[x];
-      if (scaled) o[x] = s * o[x];
-    }
-  } else if (scaled) {
-    for (; x + 8 <= n; x += 8) _mm256_storeu_ps(o + x, _mm256_mul_ps(sv, _mm256_loadu_ps(o + x)));
-    for (; x < n; ++x) o[x] = s * o[x];
-  }
-}
-
-// Adds columns j..j+7 of the 8 rows at src (pitch cols) to the chains s[kk] (lane a = row a) of
-// ranks k0..k0+KC-1: for b = 0..7 in order, s[kk] = fma(M'[a][j + b], Q[j + b][k0 + kk], s[kk]).
-template <int KC>
+// Adds columns j..j+7 of 8 * G rows at src (pitch cols) to the chains s[g][kk] (lane a = row
+// 8g + a) of ranks k0..k0+KC-1: for b = 0..7 in order,
+// s[g][kk] = fma(M'[8g + a][j + b], Q[j + b][k0 + kk], s[g][kk]).
+template <int KC, int G>
 TUTTI_DENSE_INLINE void projectColumns8(const float* src, size_t cols, size_t j, const float* Q,
-                                        size_t r, size_t k0, __m256 s[KC]) {
+                                        size_t r, size_t k0, __m256 s[G][KC]) {
   for (size_t h = 0; h < 8; h += 4) {
-    __m256 c[4];  // c[b] lane a = src[a][j + h + b]
-    for (size_t a = 0; a < 4; ++a) {
-      c[a] = loadPair(src + a * cols + j + h, src + (a + 4) * cols + j + h);
+    __m256 c[G][4];  // c[g][b] lane a = src[8g + a][j + h + b]
+    for (int g = 0; g < G; ++g) {
+      const float* rows = src + static_cast<size_t>(g) * 8 * cols + j + h;
+      for (size_t a = 0; a < 4; ++a) c[g][a] = loadPair(rows + a * cols, rows + (a + 4) * cols);
+      transpose4InHalves(c[g][0], c[g][1], c[g][2], c[g][3]);
     }
-    transpose4InHalves(c[0], c[1], c[2], c[3]);
     for (size_t b = 0; b < 4; ++b) {
       const float* q = Q + (j + h + b) * r + k0;
       for (int kk = 0; kk < KC; ++kk) {
-        s[kk] = _mm256_fmadd_ps(c[b], _mm256_broadcast_ss(q + kk), s[kk]);
+        const __m256 qv = _mm256_broadcast_ss(q + kk);
+        for (int g = 0; g < G; ++g) s[g][kk] = _mm256_fmadd_ps(c[g][b], qv, s[g][kk]);
       }
     }
   }
 }
 
-// powerProject's chains for 8 rows (src at the first row; M' already formed), columns [j0, j1),
-// ranks [k0, k0 + KC). acc[k * 8 + a] is the running chain of P[a][k]; each chain gets its fmas
-// in increasing j, as in projectScalar. Only 8 rows are in flight: rows 2^k floats apart share
-// L1 sets, and 16 rows' lines would not stay in a 12-way L1 between uses.
-template <int KC>
+// powerProject's chains for 8 * G rows (src at the first row; M' already formed), columns
+// [j0, j1), ranks [k0, k0 + KC). acc[(g * r + k) * 8 + a] is the running chain of P[8g + a][k];
+// each chain gets its fmas in increasing j, as in projectScalar. G = 2 keeps 8 independent
+// chains in flight for r >= 4 (an FMA's latency is ~4 cycles and two issue per cycle).
+template <int KC, int G>
 void projectSpan(const float* src, size_t cols, size_t j0, size_t j1, const float* Q, size_t r,
                  size_t k0, float* acc) {
-  __m256 s[KC];
-  for (int kk = 0; kk < KC; ++kk) s[kk] = _mm256_load_ps(acc + (k0 + kk) * 8);
+  __m256 s[G][KC];
+  for (int g = 0; g < G; ++g) {
+    for (int kk = 0; kk < KC; ++kk) s[g][kk] = _mm256_load_ps(acc + (g * r + k0 + kk) * 8);
+  }
   size_t j = j0;
-  for (; j + 8 <= j1; j += 8) projectColumns8<KC>(src, cols, j, Q, r, k0, s);
+  for (; j + 8 <= j1; j += 8) projectColumns8<KC, G>(src, cols, j, Q, r, k0, s);
   for (; j < j1; ++j) {  // the columns after the last multiple of 8
     const float* q = Q + j * r + k0;
-    alignas(32) float col[8];
-    for (size_t a = 0; a < 8; ++a) col[a] = src[a * cols + j];
-    const __m256 c = _mm256_load_ps(col);
-    for (int kk = 0; kk < KC; ++kk) s[kk] = _mm256_fmadd_ps(c, _mm256_broadcast_ss(q + kk), s[kk]);
+    for (int g = 0; g < G; ++g) {
+      alignas(32) float col[8];
+      for (size_t a = 0; a < 8; ++a) col[a] = src[(g * 8 + a) * cols + j];
+      const __m256 c = _mm256_load_ps(col);
+      for (int kk = 0; kk < KC; ++kk) {
+        s[g][kk] = _mm256_fmadd_ps(c, _mm256_broadcast_ss(q + kk), s[g][kk]);
+      }
+    }
   }
-  for (int kk = 0; kk < KC; ++kk) _mm256_store_ps(acc + (k0 + kk) * 8, s[kk]);
+  for (int g = 0; g < G; ++g) {
+    for (int kk = 0; kk < KC; ++kk) _mm256_store_ps(acc + (g * r + k0 + kk) * 8, s[g][kk]);
+  }
 }
 
-// powerProject on 8 rows (M, E, P at the first row), chunk by chunk: M' = M + E into E row by
-// row, then the chains over the chunk, 4 ranks at a time (ranks above 4 re-read the chunk from
-// cache).
-void projectRows8(const float* M, float* E, size_t cols, const float* Q, size_t r, float* P) {
-  alignas(32) float acc[kMaxVecRank * 8];
-  std::memset(acc, 0, r * 8 * sizeof(float));
+// powerProject on 8 * G rows (M, E, P at the first row), chunk by chunk: M' = M + E into E row
+// by row, then the chains over the chunk, 4 ranks at a time (ranks above 4 re-read the chunk
+// from cache).
+template <int G>
+void projectRows(const float* M, float* E, size_t cols, const float* Q, size_t r, float* P) {
+  alignas(32) float acc[G * kMaxVecRank * 8];
+  std::memset(acc, 0, G * r * 8 * sizeof(float));
   const float* src = E != nullptr ? E : M;
   for (size_t j0 = 0; j0 < cols; j0 += kChunkCols) {
     const size_t j1 = std::min(cols, j0 + kChunkCols);
     if (E != nullptr) {
-      for (size_t a = 0; a < 8; ++a) addInto(M + a * cols + j0, E + a * cols + j0, j1 - j0);
+      for (size_t a = 0; a < 8 * G; ++a) addInto(M + a * cols + j0, E + a * cols + j0, j1 - j0);
     }
     for (size_t k0 = 0; k0 < r; k0 += 4) {
       switch (std::min<size_t>(4, r - k0)) {
         case 1:
-          projectSpan<1>(src, cols, j0, j1, Q, r, k0, acc);
+          projectSpan<1, G>(src, cols, j0, j1, Q, r, k0, acc);
           break;
         case 2:
-          projectSpan<2>(src, cols, j0, j1, Q, r, k0, acc);
+          projectSpan<2, G>(src, cols, j0, j1, Q, r, k0, acc);
           break;
         case 3:
-          projectSpan<3>(src, cols, j0, j1, Q, r, k0, acc);
+          projectSpan<3, G>(src, cols, j0, j1, Q, r, k0, acc);
           break;
         default:
-          projectSpan<4>(src, cols, j0, j1, Q, r, k0, acc);
+          projectSpan<4, G>(src, cols, j0, j1, Q, r, k0, acc);
           break;
       }
     }
   }
-  for (size_t a = 0; a < 8; ++a) {
-    for (size_t k = 0; k < r; ++k) P[a * r + k] = acc[k * 8 + a];
+  for (int g = 0; g < G; ++g) {
+    for (size_t a = 0; a < 8; ++a) {
+      for (size_t k = 0; k < r; ++k) P[(g * 8 + a) * r + k] = acc[(g * r + k) * 8 + a];
+    }
   }
 }
 
@@ -266,8 +258,11 @@ void powerProjectAvx2(const float* M, float* E, size_t rows, size_t cols, const 
     return;
   }
   size_t i = 0;
+  for (; i + 16 <= rows; i += 16) {
+    projectRows<2>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r);
+  }
   for (; i + 8 <= rows; i += 8) {
-    projectRows8(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r);
+    projectRows<1>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r);
   }
   if (i < rows) {
     projectScalar(M + i * cols, E != nullptr ? E + i * cols : nullptr, rows - i, cols, Q, r,
@@ -275,30 +270,40 @@ void powerProjectAvx2(const float* M, float* E, size_t rows, size_t cols, const 
   }
 }
 
-// Adds NR rows of Mp^T P (Mp, P at the first row) into Q. Q's first cols8 = cols & ~7 rows are
-// kept as 8-row tiles stored rank-major: tile t (Q + 8t * r) holds [k][8] = Q[8t + l][k], so a
-// vector of 8 columns j meets one broadcast P[i][k]. Rows are applied in order per element.
+// powerBack and powerApprox work on column panels: Q's rows j0..j1 held transposed on the stack
+// (qt[k * w + jj] = Q[j0 + jj][k], w = j1 - j0, a multiple of 8 but for the last panel), so
+// that 8 consecutive columns j of one row of M are one vector against one broadcast of P[i][k].
+// Every row of M, out and E is then read or written as runs of w floats, and no transposing
+// shuffles are needed. kPanelFloats bounds the panel: 16 KiB on the stack, so it stays in L1
+// (w = 1024 at r = 4).
+constexpr size_t kPanelFloats = 4096;
+
+size_t panelWidth(size_t cols, size_t r) {
+  return std::min(cols, std::max<size_t>(8, (kPanelFloats / r) & ~size_t{7}));
+}
+
+// Adds rows [i0, i0 + NR) of Mp^T P into the panel qt (columns j0 .. j0 + w of Q, transposed):
+// for each element the rows are applied in increasing i, as in backScalar.
 template <int NR>
-void backRows(const float* Mp, size_t cols, const float* P, size_t r, float* Q) {
-  const size_t cols8 = cols & ~size_t{7};
-  for (size_t j = 0; j < cols8; j += 8) {
-    __m256 m[NR];
-    for (int a = 0; a < NR; ++a) m[a] = _mm256_loadu_ps(Mp + a * cols + j);
-    float* tile = Q + j * r;
+TUTTI_DENSE_INLINE void backPanelRows(const float* Mp, size_t cols, size_t i0, size_t j0,
+                                      size_t w, const float* P, size_t r, float* qt) {
+  const float* m = Mp + i0 * cols + j0;
+  const float* p = P + i0 * r;
+  size_t jj = 0;
+  for (; jj + 8 <= w; jj += 8) {
+    __m256 mv[NR];
+    for (int a = 0; a < NR; ++a) mv[a] = _mm256_loadu_ps(m + a * cols + jj);
     for (size_t k = 0; k < r; ++k) {
-      __m256 v = _mm256_loadu_ps(tile + k * 8);
-      for (int a = 0; a < NR; ++a) {
-        v = _mm256_fmadd_ps(m[a], _mm256_broadcast_ss(P + a * r + k), v);
-      }
-      _mm256_storeu_ps(tile + k * 8, v);
+      float* q = qt + k * w + jj;
+      __m256 v = _mm256_loadu_ps(q);
+      for (int a = 0; a < NR; ++a) v = _mm256_fmadd_ps(mv[a], _mm256_broadcast_ss(p + a * r + k), v);
+      _mm256_storeu_ps(q, v);
     }
   }
-  for (size_t j = cols8; j < cols; ++j) {
-    float* q = Q + j * r;
-    for (int a = 0; a < NR; ++a) {
-      const float v = Mp[a * cols + j];
-      const float* p = P + a * r;
-      for (size_t k = 0; k < r; ++k) q[k] = std::fma(v, p[k], q[k]);
+  for (; jj < w; ++jj) {
+    for (size_t k = 0; k < r; ++k) {
+      float* q = qt + k * w + jj;
+      for (int a = 0; a < NR; ++a) *q = std::fma(m[a * cols + jj], p[a * r + k], *q);
     }
   }
 }
@@ -308,108 +313,120 @@ void powerBackAvx2(const float* Mp, size_t rows, size_t cols, const float* P, si
     powerBackGeneric(Mp, rows, cols, P, r, Q);
     return;
   }
-  std::memset(Q, 0, cols * r * sizeof(float));
-  size_t i = 0;
-  for (; i + 8 <= rows; i += 8) backRows<8>(Mp + i * cols, cols, P + i * r, r, Q);
-  for (; i < rows; ++i) backRows<1>(Mp + i * cols, cols, P + i * r, r, Q);
-  // Tiles back to row-major.
-  alignas(32) float tmp[kMaxVecRank * 8];
-  const size_t cols8 = cols & ~size_t{7};
-  for (size_t j = 0; j < cols8; j += 8) {
-    float* tile = Q + j * r;
-    std::memcpy(tmp, tile, 8 * r * sizeof(float));
-    for (size_t l = 0; l < 8; ++l) {
-      for (size_t k = 0; k < r; ++k) tile[l * r + k] = tmp[k * 8 + l];
+  alignas(32) float qt[kPanelFloats];
+  const size_t width = panelWidth(cols, r);
+  for (size_t j0 = 0; j0 < cols; j0 += width) {
+    const size_t w = std::min(width, cols - j0);
+    std::memset(qt, 0, r * w * sizeof(float));
+    size_t i = 0;
+    for (; i + 4 <= rows; i += 4) backPanelRows<4>(Mp, cols, i, j0, w, P, r, qt);
+    for (; i < rows; ++i) backPanelRows<1>(Mp, cols, i, j0, w, P, r, qt);
+    for (size_t jj = 0; jj < w; ++jj) {
+      for (size_t k = 0; k < r; ++k) Q[(j0 + jj) * r + k] = qt[k * w + jj];
     }
   }
 }
 
-// powerApprox on 8 rows (P, out, E at the first row). pt[k] = P[0..7][k] as a vector; the 8
-// output columns j..j+7 are 8 independent chains over k, transposed back to rows and stored;
-// then, per chunk, E = E - out row by row (see kChunkCols). R > 0 fixes the rank at compile
-// time (R == r); R == 0 takes any r <= kMaxVecRank.
-template <int R>
-void approxRows(const float* P, const float* Q, size_t cols, size_t r, float* out, float* E,
-                float outScale) {
+// The chain of one powerApprox element (column jj of the panel): as approxScalar.
+TUTTI_DENSE_INLINE float approxChain(const float* pi, const float* qt, size_t w, size_t rank,
+                                     size_t jj) {
+  float acc = 0.0f;
+  for (size_t k = 0; k < rank; ++k) acc = std::fma(pi[k], qt[k * w + jj], acc);
+  return acc;
+}
+
+// powerApprox on one row segment (out, E at column j0 of row i; pi = P's row i), against the
+// panel qt of width w: the chain over k per element, then the residual and the scaling in
+// registers (E and out each touched once). With kStream, out is written with non-temporal
+// stores (no read for ownership: out is written whole and not read here); the elements before
+// the first 32-byte boundary of out are computed one at a time.
+template <int R, bool kStream>
+TUTTI_DENSE_INLINE void approxPanelRow(const float* pi, const float* qt, size_t w, size_t r,
+                                       float* out, float* E, float outScale) {
   const size_t rank = R > 0 ? R : r;
-  alignas(32) float pt[kMaxVecRank * 8];
-  for (size_t a = 0; a < 8; ++a) {
-    for (size_t k = 0; k < rank; ++k) pt[k * 8 + a] = P[a * r + k];
+  const bool scaled = outScale != 1.0f;
+  const __m256 sv = _mm256_set1_ps(outScale);
+  auto one = [&](size_t jj) {
+    const float acc = approxChain(pi, qt, w, rank, jj);
+    if (E != nullptr) E[jj] = E[jj] - acc;
+    out[jj] = scaled ? outScale * acc : acc;
+  };
+  size_t jj = 0;
+  if (kStream) {
+    const size_t misaligned = (reinterpret_cast<uintptr_t>(out) / sizeof(float)) & 7;
+    for (const size_t head = std::min(w, (8 - misaligned) & 7); jj < head; ++jj) one(jj);
   }
-  for (size_t j0 = 0; j0 < cols; j0 += kChunkCols) {
-    const size_t j1 = std::min(cols, j0 + kChunkCols);
-    size_t j = j0;
-    for (; j + 8 <= j1; j += 8) {
-      __m256 o[8];
-      for (int b = 0; b < 8; ++b) o[b] = _mm256_setzero_ps();
-      const float* q = Q + j * r;
-      for (size_t k = 0; k < rank; ++k) {
-        const __m256 p = _mm256_load_ps(pt + k * 8);
-        for (size_t b = 0; b < 8; ++b) {
-          o[b] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(q + b * r + k), o[b]);
-        }
-      }
-      for (size_t h = 0; h < 8; h += 4) {
-        transpose4InHalves(o[h], o[h + 1], o[h + 2], o[h + 3]);
-        for (size_t a = 0; a < 4; ++a) {
-          storePair(out + a * cols + j + h, out + (a + 4) * cols + j + h, o[h + a]);
-        }
-      }
+  for (; jj + 8 <= w; jj += 8) {
+    __m256 o = _mm256_setzero_ps();
+    for (size_t k = 0; k < rank; ++k) {
+      o = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + k), _mm256_loadu_ps(qt + k * w + jj), o);
     }
-    for (; j < j1; ++j) {  // the columns after the last multiple of 8
-      const float* q = Q + j * r;
-      __m256 o = _mm256_setzero_ps();
-      for (size_t k = 0; k < rank; ++k) {
-        o = _mm256_fmadd_ps(_mm256_load_ps(pt + k * 8), _mm256_broadcast_ss(q + k), o);
-      }
-      alignas(32) float v[8];
-      _mm256_store_ps(v, o);
-      for (size_t a = 0; a < 8; ++a) out[a * cols + j] = v[a];
+    if (E != nullptr) _mm256_storeu_ps(E + jj, _mm256_sub_ps(_mm256_loadu_ps(E + jj), o));
+    if (scaled) o = _mm256_mul_ps(sv, o);
+    if (kStream) {
+      _mm256_stream_ps(out + jj, o);
+    } else {
+      _mm256_storeu_ps(out + jj, o);
     }
-    if (E != nullptr || outScale != 1.0f) {
-      for (size_t a = 0; a < 8; ++a) {
-        residualAndScale(out + a * cols + j0, E != nullptr ? E + a * cols + j0 : nullptr, j1 - j0,
-                         outScale);
-      }
-    }
+  }
+  for (; jj < w; ++jj) one(jj);
+}
+
+template <int R, bool kStream>
+void approxPanel(const float* P, const float* qt, size_t rows, size_t cols, size_t j0, size_t w,
+                 size_t r, float* out, float* E, float outScale) {
+  for (size_t i = 0; i < rows; ++i) {
+    approxPanelRow<R, kStream>(P + i * r, qt, w, r, out + i * cols + j0,
+                               E != nullptr ? E + i * cols + j0 : nullptr, outScale);
+  }
+}
+
+// Outputs at least this large are written with non-temporal stores: they do not fit the
+// caches, and skipping the read for ownership saves a third of powerApprox's memory traffic.
+// Smaller ones are likely read again soon from cache.
+constexpr size_t kStreamBytes = size_t{8} << 20;
+
+using ApproxPanelFn = void (*)(const float*, const float*, size_t, size_t, size_t, size_t, size_t,
+                               float*, float*, float);
+
+template <bool kStream>
+ApproxPanelFn approxPanelFor(size_t r) {
+  switch (r) {
+    case 1:
+      return approxPanel<1, kStream>;
+    case 2:
+      return approxPanel<2, kStream>;
+    case 4:
+      return approxPanel<4, kStream>;
+    case 8:
+      return approxPanel<8, kStream>;
+    default:
+      return approxPanel<0, kStream>;
   }
 }
 
 void powerApproxAvx2(const float* P, const float* Q, size_t rows, size_t cols, size_t r, float* out,
                      float* E, float outScale) {
-  if (r > kMaxVecRank) {
+  if (r == 0 || r > kMaxVecRank) {
     approxScalar(P, Q, rows, cols, r, out, E, outScale);
     return;
   }
-  void (*rows8)(const float*, const float*, size_t, size_t, float*, float*, float);
-  switch (r) {
-    case 1:
-      rows8 = approxRows<1>;
-      break;
-    case 2:
-      rows8 = approxRows<2>;
-      break;
-    case 3:
-      rows8 = approxRows<3>;
-      break;
-    case 4:
-      rows8 = approxRows<4>;
-      break;
-    case 8:
-      rows8 = approxRows<8>;
-      break;
-    default:
-      rows8 = approxRows<0>;
-      break;
+  // (A float pointer that is not 4-byte aligned never reaches a 32-byte boundary: plain stores.)
+  const bool stream = rows * cols * sizeof(float) >= kStreamBytes &&
+                      reinterpret_cast<uintptr_t>(out) % sizeof(float) == 0;
+  const auto panel = stream ? approxPanelFor<true>(r) : approxPanelFor<false>(r);
+  alignas(32) float qt[kPanelFloats];
+  const size_t width = panelWidth(cols, r);
+  for (size_t j0 = 0; j0 < cols; j0 += width) {
+    const size_t w = std::min(width, cols - j0);
+    for (size_t jj = 0; jj < w; ++jj) {
+      for (size_t k = 0; k < r; ++k) qt[k * w + jj] = Q[(j0 + jj) * r + k];
+    }
+    panel(P, qt, rows, cols, j0, w, r, out, E, outScale);
   }
-  size_t i = 0;
-  for (; i + 8 <= rows; i += 8) {
-    rows8(P + i * r, Q, cols, r, out + i * cols, E != nullptr ? E + i * cols : nullptr, outScale);
-  }
-  if (i < rows) {
-    approxScalar(P + i * r, Q, rows - i, cols, r, out + i * cols,
-                 E != nullptr ? E + i * cols : nullptr, outScale);
-  }
+  // Non-temporal stores are weakly ordered: make them visible before out is handed to another
+  // thread or process (a transport, a peer reading shared memory).
+  if (stream) _mm_sfence();
 }
 
 #if defined(__clang__)

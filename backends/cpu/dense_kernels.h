@@ -8,7 +8,7 @@
 //   M, E, out are rows x cols; P is rows x r; Q is cols x r.
 // - Pointers need no alignment. Outputs must not overlap inputs unless a
 //   function says otherwise. Synchronous, thread-safe, never allocate (the
-//   AVX2 variants use at most ~4 KiB of stack).
+//   AVX2 variants use at most ~17 KiB of stack).
 // - A zero dimension is allowed; outputs that are sums of no terms are +0.
 // - NaN and inf propagate as IEEE arithmetic says; NaN payloads are unspecified.
 //
@@ -27,8 +27,9 @@
 //
 // Instruction sets: the generic (scalar) code is the definition; the AVX2+FMA
 // variants of the three products run when kernel_dispatch.h's activeIsa() is
-// avx2 or avx512 (there is no separate AVX-512 code: these loops are memory
-// bound) and the CPU has FMA. Ranks above 128 always take the scalar code.
+// avx2 or avx512 (there is no separate AVX-512 code yet) and the CPU has FMA.
+// Ranks above 128 always take the scalar code. powerApprox writes outputs of
+// 8 MiB and more with non-temporal stores (and fences them before returning).
 #pragma once
 
 #include <cstddef>
@@ -58,8 +59,8 @@ void fillGaussian(float* x, size_t n, uint64_t seed, uint64_t stream);
 //   P[i][k]  = sum_j M'[i][j] * Q[j][k]   (fma chain over j = 0..cols-1)
 // M, E: rows x cols; Q: cols x r; P: rows x r (overwritten). E may equal M
 // exactly (then M' = 2M); P must not overlap M, E or Q. One pass over memory:
-// the AVX2 code forms M' for 8 rows x up to 8192 columns and reads it back from
-// cache for the products.
+// the AVX2 code forms M' for 16 rows x up to 8192 columns and reads it back
+// from cache for the products.
 void powerProject(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
                   float* P);
 

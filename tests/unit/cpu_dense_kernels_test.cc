@@ -83,7 +83,9 @@ std::vector<Shape> shapes() {
     }
   }
   for (Shape s : {Shape{24, 263, 8}, Shape{33, 519, 13}, Shape{16, 8, 5}, Shape{9, 40, 130},
-                  Shape{40, 64, 6}, Shape{24, 16403, 3}, Shape{9, 8193, 5}}) {
+                  Shape{40, 64, 6}, Shape{24, 16403, 3}, Shape{9, 8193, 5},
+                  // several column panels for powerBack/powerApprox, the last one ragged
+                  Shape{19, 2500, 4}, Shape{17, 1100, 8}}) {
     out.push_back(s);
   }
   return out;
@@ -260,6 +262,37 @@ TEST(CpuDenseKernels, IsaVariantsBitIdenticalOnSpecialValues) {
   for (KernelIsa isa : supportedIsas()) {
     SCOPED_TRACE(isaName(isa));
     EXPECT_TRUE(sameBits(run(isa), want));
+  }
+}
+
+// powerApprox writes outputs of 8 MiB and more with non-temporal stores, peeling the elements
+// before the first 32-byte boundary of each row: aligned and misaligned outputs, with and
+// without the residual and the scaling, give the generic code's bits.
+TEST(CpuDenseKernels, LargeOutputsBitIdenticalToGeneric) {
+  IsaGuard guard;
+  const size_t rows = 515, cols = 4099, r = 4, n = rows * cols;  // 8.05 MiB
+  const auto P = uniform(rows * r, 31), Q = uniform(cols * r, 32), E0 = uniform(n, 33);
+  auto run = [&](KernelIsa isa, size_t offset, bool withE, float scale) {
+    EXPECT_TRUE(setActiveIsa(isa));
+    std::vector<float> buf(n + 8, -7.0f), E = E0;
+    float* out = buf.data() + offset;
+    powerApprox(P.data(), Q.data(), rows, cols, r, out, withE ? E.data() : nullptr, scale);
+    std::vector<float> res(out, out + n);
+    if (withE) res.insert(res.end(), E.begin(), E.end());
+    for (size_t x = 0; x < offset; ++x) EXPECT_EQ(buf[x], -7.0f) << "wrote before out";
+    for (size_t x = offset + n; x < buf.size(); ++x) EXPECT_EQ(buf[x], -7.0f) << "wrote past out";
+    return res;
+  };
+  for (size_t offset : {0, 1, 3}) {
+    for (bool withE : {false, true}) {
+      const float scale = withE ? 1.0f : 4.0f;
+      SCOPED_TRACE("offset " + std::to_string(offset) + (withE ? " with E" : " scaled"));
+      const auto want = run(KernelIsa::kGeneric, offset, withE, scale);
+      for (KernelIsa isa : supportedIsas()) {
+        SCOPED_TRACE(isaName(isa));
+        EXPECT_TRUE(sameBits(run(isa, offset, withE, scale), want));
+      }
+    }
   }
 }
 
