@@ -27,7 +27,8 @@
 //
 // Instruction sets: the generic (scalar) code is the definition; the AVX2+FMA
 // variants of the three products run when kernel_dispatch.h's activeIsa() is
-// avx2 or avx512 (there is no separate AVX-512 code yet) and the CPU has FMA.
+// avx2 or avx512 and the CPU has FMA; with avx512, powerBack (bound by FMA
+// throughput) runs 16 lanes wide.
 // Ranks above 128 always take the scalar code. powerApprox writes outputs of
 // 8 MiB and more with non-temporal stores (and fences them before returning).
 #pragma once
