@@ -1,6 +1,6 @@
 // dense_kernels.h: the scalar definition of every function, the AVX2+FMA variants of the three
-// products (bit-identical: per output element they issue the same fused multiply-adds on the
-// same operands in the same order), and the choice between them.
+// products and an AVX-512 powerBack (bit-identical: per output element they issue the same
+// fused multiply-adds on the same operands in the same order), and the choice between them.
 #include "backends/cpu/dense_kernels.h"
 
 #include <algorithm>
