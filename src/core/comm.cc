@@ -100,7 +100,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   c->tcp_ = transport::makeTcpTransport();
   c->channels_.resize(nranks);
   for (auto& v : c->channels_) v.resize(c->nChannels_);
-  c->pairSeq_.assign(nranks, 0);
+  c->sendSeq_.assign(nranks, 0);
+  c->recvSeq_.assign(nranks, 0);
 
   int local = 0;
   std::vector<uint64_t> hosts;

@@ -88,7 +88,14 @@ class Comm {
   Status ensureConnected(std::vector<int> peers);
   Channel& channel(int peer, int ch) { return channels_[peer][ch]; }
   const char* transportName(int peer) const;
-  uint64_t nextSeq(int peer) { return pairSeq_[peer]++; }
+  // Operation numbers per peer and direction: the k-th operation that sends
+  // to a peer is matched with that peer's k-th operation that receives from
+  // this rank, as NCCL matches sends with receives (in order, per pair and
+  // direction). One shared count would tie the two directions together, and
+  // a send followed by a receive (outside a group) on both ranks would then
+  // mismatch.
+  uint64_t nextSendSeq(int peer) { return sendSeq_[peer]++; }
+  uint64_t nextRecvSeq(int peer) { return recvSeq_[peer]++; }
 
   // Which node each rank is on (by host id, or TUTTI_TEST_NODES) and the
   // cost model the algorithm selection uses.
@@ -171,7 +178,7 @@ class Comm {
   size_t compressionMinBytes_ = 256 << 10;
   bool oversubscribed_ = false;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
-  std::vector<uint64_t> pairSeq_;
+  std::vector<uint64_t> sendSeq_, recvSeq_;
   std::unique_ptr<uint8_t[]> scratch_;
   size_t scratchCap_ = 0;
   size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20, rdMaxBytes_ = 64 << 10;

@@ -55,7 +55,8 @@ struct In {
 
 struct PeerRun {
   int peer = -1;
-  uint64_t seq = 0;
+  uint64_t sendSeq = 0;  // stamped on this operation's messages to the peer
+  uint64_t recvSeq = 0;  // expected on this operation's messages from the peer
   std::deque<uint32_t> ready;
   size_t recvsLeft = 0, sendsLeft = 0;
   std::vector<Out> out;  // per channel
@@ -194,7 +195,6 @@ Status Run::start() {
     peers_.push_back(std::move(pr));
   }
   for (auto& p : peers_) {
-    p.seq = c_->nextSeq(p.peer);
     p.out.resize(c_->nChannels());
     p.in.resize(c_->nChannels());
     p.closed.assign(c_->nChannels(), 0);
@@ -239,6 +239,11 @@ Status Run::start() {
   }
   sendsLeft_ = sends_.size();
   recvsLeft_ = recvs_.size();
+  // Numbered per direction, and only in the directions this operation uses.
+  for (auto& p : peers_) {
+    if (p.sendsLeft) p.sendSeq = c_->nextSendSeq(p.peer);
+    if (p.recvsLeft) p.recvSeq = c_->nextRecvSeq(p.peer);
+  }
   return Status::ok();
 }
 
@@ -279,7 +284,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
                     sd.bytes / sizeof(float), o.wire.data());
         o.payload = o.wire.data();
       }
-      o.hdr = MsgHeader{p.seq, inst, static_cast<uint32_t>(o.payBytes), sd.tag};
+      o.hdr = MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag};
       o.hdrSent = o.paySent = 0;
     }
     if (o.hdrSent < kHdr) {
@@ -394,8 +399,8 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       rx.haveHeader = true;
     }
     if (in.recv < 0) {
-      if (rx.hdr.seq != p.seq) {
-        if (rx.hdr.seq > p.seq) return Status::ok();  // a later operation's: park it
+      if (rx.hdr.seq != p.recvSeq) {
+        if (rx.hdr.seq > p.recvSeq) return Status::ok();  // a later operation's: park it
         return unexpected(p, rx.hdr, "stale message");
       }
       auto it = recvIndex_.find(Key{p.peer, rx.hdr.inst, rx.hdr.tag});
@@ -540,7 +545,7 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       }
       short ev = 0;
       const RecvState& rx = c_->channel(p.peer, ch).rx;
-      bool parked = rx.haveHeader && rx.hdr.seq != p.seq;  // a later operation's message
+      bool parked = rx.haveHeader && rx.hdr.seq != p.recvSeq;  // a later operation's message
       // A message of this operation held back for a dependency: no poll
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;

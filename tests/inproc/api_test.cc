@@ -134,6 +134,39 @@ TEST(PointToPoint, AllPairsWithUnalignedBuffers) {
   });
 }
 
+// Outside a group, both ranks of a pair send first and then receive (small
+// messages, so each send completes into the transport's buffers on its own),
+// with collectives in between: sends and receives are matched per direction,
+// so each receive gets the peer's send of the same round.
+void exchangeThenReceive() {
+  runRanks(2, [&](int r, ncclComm_t comm) {
+    const int peer = 1 - r;
+    const size_t count = 1000;
+    std::vector<int32_t> send(count), recv(count), sum(4);
+    for (int round = 0; round < 5; ++round) {
+      for (size_t i = 0; i < count; ++i)
+        send[i] = static_cast<int32_t>(r * 100000 + round * 1000 + i);
+      ASSERT_EQ(ncclSend(send.data(), count, ncclInt32, peer, comm, nullptr), ncclSuccess)
+          << ncclGetLastError(comm);
+      ASSERT_EQ(ncclRecv(recv.data(), count, ncclInt32, peer, comm, nullptr), ncclSuccess)
+          << ncclGetLastError(comm);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(recv[i], static_cast<int32_t>(peer * 100000 + round * 1000 + i)) << round;
+      std::vector<int32_t> mine(4, r + round);
+      ASSERT_EQ(ncclAllReduce(mine.data(), sum.data(), 4, ncclInt32, ncclSum, comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(sum[3], 1 + 2 * round);
+    }
+  });
+}
+
+TEST(PointToPoint, BothSendThenReceiveOutsideAGroup) { exchangeThenReceive(); }
+
+TEST(PointToPoint, BothSendThenReceiveOutsideAGroupOverTcp) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  exchangeThenReceive();
+}
+
 TEST(Split, ByParityWithReversedKeys) {
   const int n = 7;
   runRanks(n, [&](int r, ncclComm_t comm) {
