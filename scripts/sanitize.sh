@@ -16,7 +16,7 @@ for san in thread "address,undefined"; do
   dir="${dir/address/asan}"
   echo "== sanitizer: $san ($dir)"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTUTTI_SANITIZE="$san" \
-    -DTUTTI_BUILD_BENCH=OFF > /dev/null
+    -DTUTTI_BUILD_BENCH=OFF -DTUTTI_BUILD_TORCH=OFF > /dev/null
   cmake --build "$dir" -j "$JOBS"
   # UBSan reports do not fail a test by themselves: halt_on_error makes them.
   ctest --test-dir "$dir" -L "unit|inproc|mp" --output-on-failure -j "$JOBS" --timeout 900 "$@"

@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Required to build and test. Optional features (CUDA, Level Zero, ibverbs,
-# UCX, libfabric, MPI, libtorch) are detected by CMake if installed, never required.
+# UCX, libfabric, MPI) are detected by CMake if installed, never required;
+# python3-torch and libtorch-dev are installed so the PyTorch backend
+# (src/pytorch, ctest label torch) is built and tested.
 PKGS=(build-essential cmake pkg-config libhwloc-dev libfmt-dev libgtest-dev googletest
-      libbenchmark-dev iproute2 procps)
+      libbenchmark-dev iproute2 procps python3-torch libtorch-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
