@@ -140,15 +140,26 @@ typedef struct tuttiPluginIpcHandle_v1 {
 #define TUTTI_PLUGIN_OP_PREMULSUM 5
 typedef int32_t tuttiPluginRedOp_t;
 
-/* Arguments of reduce(). Element i of the result is
- *   SUM/PROD/MAX/MIN:  op over k of srcs[k][i]
- *   AVG:               (sum over k of srcs[k][i]) / avgDivisor   (integers: truncating
- *                      division of the exact sum; floats: the sum times 1/avgDivisor)
- *   PREMULSUM:         sum over k of (scalar * srcs[k][i])
- * computed in the element type (fp16/bf16/fp8: accumulate in fp32 and round once
- * at the end, round-to-nearest-even; integers wrap). MAX/MIN of a NaN input
- * produce NaN. dst may equal any srcs[k] (in place); otherwise ranges must not
- * overlap. */
+/* Elements per block of the 1-bit codec (pack1bit/unpack1bit). */
+#define TUTTI_PLUGIN_SIGN_BLOCK 512
+
+/* Arguments of reduce(). Element i of the result is, with x_k = srcs[k][i]:
+ *   SUM/PROD/MAX/MIN:  x_0 op x_1 op ... op x_{n-1}, left to right, computed in the
+ *                      element type; fp16/bf16/fp8 accumulate in fp32 and round once
+ *                      at the end (round to nearest even; e4m3 saturates to +-448)
+ *   AVG:               integers: the (wrapped) SUM divided by avgDivisor, truncating
+ *                      (signed or unsigned per type); floats: the SUM rounded to the
+ *                      element type, then multiplied by 1/avgDivisor (a float; a
+ *                      double for float64) and rounded again
+ *   PREMULSUM:         d = scalar * x_0, then d = d + scalar * x_k for k = 1..n-1,
+ *                      every step rounded to the element type (fp32 arithmetic for
+ *                      fp16/bf16/fp8, no fused multiply-add); the scalar is
+ *                      converted once: to float (double for float64), or for
+ *                      integers truncated to int64 (saturating; NaN -> 0) and wrapped
+ * Integers wrap (two's complement). MAX/MIN: NaN if either operand is NaN, else
+ * (a > b ? a : b) / (a < b ? a : b), so on equal operands (+0 vs -0) the later
+ * one wins. dst may equal any srcs[k] (in place); otherwise ranges must not
+ * overlap. tutti's CPU reference (backends/cpu/kernels.h) is the definition. */
 typedef struct tuttiPluginReduceArgs_v1 {
   uint32_t structSize;     /* sizeof(tuttiPluginReduceArgs_v1) as tutti was built */
   int32_t datatype;        /* ncclDataType_t value, any of ncclInt8..ncclFloat8e5m2 */
@@ -170,7 +181,7 @@ typedef struct tuttiBackendPlugin_v1 {
   uint32_t abiVersion;
   uint32_t structSize;
   /* Short lowercase name ("cuda", "ze", "xpu_emu"): selects the backend in
-   * TUTTI_BACKEND and tags log lines. Static storage. */
+   * TUTTI_BACKEND_PLUGIN and tags log lines. Static storage. */
   const char* name;
   /* TUTTI_PLUGIN_CAP_* bits. */
   uint64_t capabilities;
@@ -281,19 +292,28 @@ typedef struct tuttiBackendPlugin_v1 {
   ncclResult_t (*castScaled)(void* ctx, void* dst, int32_t dstType, const void* src,
                              int32_t srcType, uint64_t count, float scale,
                              tuttiPluginQueue_t queue);
-  /* 1-bit quantisation with error feedback over fp32 data:
-   *   v[i] = src[i] + error[i]
-   *   bit i of bits (word i/32, bit i%32, LSB first) = (v[i] >= 0)
-   *   scales[0] = mean of v[i] over the set bits (0 if none),
-   *   scales[1] = mean of v[i] over the clear bits (<= 0; 0 if none)
-   *   error[i] = v[i] - (bit ? scales[0] : scales[1])
-   * bits holds ceil(count/32) words (unused high bits of the last word are 0);
-   * scales is 2 floats of device memory. src and error may be the same buffer. */
-  ncclResult_t (*pack1bit)(void* ctx, const float* src, float* error, uint32_t* bits, float* scales,
-                           uint64_t count, tuttiPluginQueue_t queue);
-  /* Inverse of pack1bit: dst[i] = (accumulate ? dst[i] : 0) + (bit i ? scales[0] : scales[1]). */
-  ncclResult_t (*unpack1bit)(void* ctx, float* dst, const uint32_t* bits, const float* scales,
-                             uint64_t count, int32_t accumulate, tuttiPluginQueue_t queue);
+  /* 1-bit quantisation with error feedback over fp32 data, producing exactly
+   * the bytes tutti's 1-bit codec puts on the wire. Elements are grouped in
+   * blocks of TUTTI_PLUGIN_SIGN_BLOCK (the last one may be shorter):
+   *   c[i] = src[i] + error[i]               (float add; c = src when error is NULL)
+   *   scale = (sum over the block of |c[i]|, accumulated in double into eight
+   *            partial sums p[i % 8] in increasing i, combined as
+   *            ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))) / len,
+   *           divided in double and rounded once to float; a NaN mean gives
+   *           the quiet NaN 0x7fc00000
+   *   wire block = [scale as 4 bytes, little-endian float][ceil(len/8) bytes]
+   *                where bit i % 8 of byte i / 8 (LSB first) is 1 when c[i] < 0;
+   *                unused high bits of the last byte are 0
+   *   error[i] = c[i] - (bit ? -scale : scale)   (float subtract; when error != NULL)
+   * Blocks follow each other without padding: a full block takes
+   * 4 + TUTTI_PLUGIN_SIGN_BLOCK / 8 bytes. src and error may be the same buffer;
+   * wire must not overlap them. */
+  ncclResult_t (*pack1bit)(void* ctx, const float* src, float* error, void* wire, uint64_t count,
+                           tuttiPluginQueue_t queue);
+  /* Inverse of pack1bit: dst[i] = (accumulate ? dst[i] + d : d) with
+   * d = (bit ? -scale : scale) of i's block (one float add when accumulating). */
+  ncclResult_t (*unpack1bit)(void* ctx, float* dst, const void* wire, uint64_t count,
+                             int32_t accumulate, tuttiPluginQueue_t queue);
   /* fp32 row-major GEMM for PowerSGD: C = alpha * op(A) * op(B) + beta * C, where
    * op(X) is X or its transpose (transA/transB != 0); op(A) is m x k, op(B) k x n,
    * C m x n; lda/ldb/ldc are row strides in elements. beta == 0 ignores C's old
@@ -302,10 +322,12 @@ typedef struct tuttiBackendPlugin_v1 {
                        float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                        float beta, float* C, int64_t ldc, tuttiPluginQueue_t queue);
   /* Orthonormalises the `cols` columns of the fp32 row-major rows x cols matrix
-   * M (row stride ld) in place, in column order (Gram-Schmidt semantics; any
-   * numerically equivalent method is fine). A column whose norm falls below eps
-   * after projection is divided by (norm + eps) instead, as PowerSGD does.
-   * NULL: host fallback. */
+   * M (row stride ld) in place, in column order: from each column the
+   * projections on the earlier (already orthonormal) columns are removed, then
+   * it is divided by (norm + eps), so a zero column stays zero (eps >= 0; PowerSGD
+   * uses 1e-8). Any numerically equivalent method is fine (the conformance
+   * suite compares with a tolerance); tutti's host reference removes the
+   * projections twice and accumulates in double. NULL: host fallback. */
   ncclResult_t (*orthogonalize)(void* ctx, float* M, int64_t rows, int64_t cols, int64_t ld,
                                 float eps, tuttiPluginQueue_t queue);
   /* New fields are appended here (abiVersion stays 1 while only appending). */

@@ -47,6 +47,26 @@ const char* tuttiGetVersionString(void);
  * Static storage. */
 const char* tuttiLibraryPath(void);
 
+/* ---- Device backend (docs/backends.md) -----------------------------------
+ *
+ * One device backend serves the process: the built-in CPU backend, or a
+ * plugin chosen by TUTTI_BACKEND_PLUGIN (cuda, xpu_emu, a vendor's). Buffers
+ * from ncclMemAlloc are that backend's device memory, which the host may not
+ * be able to touch; these two calls let portable programs (tutti-perf, tests)
+ * fill and read such buffers. */
+
+/* The process backend's name ("cpu", "cuda", "xpu_emu", ...), loading it on
+ * first use. NULL if it cannot be loaded; ncclGetLastError(NULL) says why.
+ * Static storage. */
+const char* tuttiBackendName(void);
+
+/* Copies `bytes` from src to dst, each host memory or memory of the process
+ * backend (device or pinned), and returns when the copy has completed. It is
+ * ordered after earlier work on the backend's default queue. Overlapping
+ * ranges are allowed only on the CPU backend. Returns ncclInvalidArgument
+ * for NULL pointers with bytes > 0, the backend's error otherwise. */
+ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes);
+
 /* ---- Gradient compression (docs/compression.md) --------------------------
  *
  * A compressor belongs to one communicator and holds the state of compressed

@@ -106,16 +106,16 @@ tutti::Status statusOf(ncclResult_t rc, ncclComm* comm) {
   return tutti::Status(static_cast<tutti::Code>(rc), ncclGetLastError(comm));
 }
 
-ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count,
-                           int op, unsigned long long key, size_t rows, size_t cols) {
+ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count, int op,
+                           unsigned long long key, size_t rows, size_t cols) {
   constexpr const char* fn = "tuttiAllReduceCompressed";
   ncclComm* comm = c->comm;
   const int kind = c->cfg.kind;
   const bool average = op == ncclAvg;
   auto& t = c->tensors[key];
   const bool fresh = t.count == 0 && !t.powerSgd && t.residual.empty();
-  if (!fresh && (t.count != count || (kind == tuttiCompressPowerSGD && (t.rows != rows ||
-                                                                         t.cols != cols))))
+  if (!fresh &&
+      (t.count != count || (kind == tuttiCompressPowerSGD && (t.rows != rows || t.cols != cols))))
     return fail(ncclInvalidArgument,
                 fmt::format("{}: key {} was used with count {} ({} x {}), now count {} ({} x {}); "
                             "a key names one gradient",
@@ -153,8 +153,22 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
           tutti::capi::allReduce(fn, data, data, n, ncclFloat32, ncclSum, comm, &exact);
       return rc == ncclSuccess ? tutti::Status::ok() : statusOf(rc, comm);
     };
-    tutti::Status st = t.powerSgd->run(static_cast<const float*>(send), static_cast<float*>(recv),
-                                       average, comm->nranks, sum);
+    // PowerSGD's matrix work runs on the host: device buffers are copied
+    // to host memory and the result back (the exact sums stage on their own).
+    const float* in = static_cast<const float*>(send);
+    float* out = static_cast<float*>(recv);
+    std::vector<float> hostIn, hostOut;
+    const bool device = comm->backend->isDevice(send) || comm->backend->isDevice(recv);
+    if (device) {
+      hostIn.resize(count);
+      hostOut.resize(count);
+      tutti::Status st = comm->backend->copy(hostIn.data(), send, count * sizeof(float));
+      if (!st) return tutti::capi::fromStatus(st.withContext(fn), comm);
+      in = hostIn.data();
+      out = hostOut.data();
+    }
+    tutti::Status st = t.powerSgd->run(in, out, average, comm->nranks, sum);
+    if (st && device) st = comm->backend->copy(recv, out, count * sizeof(float));
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
   }
   tutti::capi::Compressed z;
@@ -174,7 +188,8 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
 
 }  // namespace
 
-TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm, const tuttiCompressionConfig_t* config,
+TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm,
+                                             const tuttiCompressionConfig_t* config,
                                              tuttiCompressor_t* compressor) {
   return guard("tuttiCompressorCreate", [&] {
     constexpr const char* fn = "tuttiCompressorCreate";
@@ -238,9 +253,9 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                   fmt::format("{}: datatype {} (compressed all-reduce takes ncclFloat32)", fn, dt),
                   comm);
     if (rop != ncclSum && rop != ncclAvg)
-      return fail(ncclInvalidArgument,
-                  fmt::format("{}: op {} (compressed all-reduce takes ncclSum or ncclAvg)", fn, rop),
-                  comm);
+      return fail(
+          ncclInvalidArgument,
+          fmt::format("{}: op {} (compressed all-reduce takes ncclSum or ncclAvg)", fn, rop), comm);
     if (tutti::capi::inGroup())
       return fail(ncclInvalidUsage,
                   std::string(fn) + ": not allowed inside ncclGroupStart/ncclGroupEnd", comm);
@@ -262,8 +277,9 @@ TUTTI_API ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
     if (rc != ncclSuccess) return rc;
     if (!stats) return fail(ncclInvalidArgument, "tuttiCompressorGetStats: stats is NULL");
     if (stats->size < sizeof(size_t))
-      return fail(ncclInvalidArgument,
-                  "tuttiCompressorGetStats: stats->size is not set (sizeof(tuttiCompressionStats_t))");
+      return fail(
+          ncclInvalidArgument,
+          "tuttiCompressorGetStats: stats->size is not set (sizeof(tuttiCompressionStats_t))");
     tuttiCompressionStats_t s = compressor->stats;
     s.wireBytesSent = compressor->wireBytes;
     s.size = std::min(stats->size, sizeof(s));

@@ -13,6 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capi/device_staging.h"
+#include "core/backend.h"
 #include "core/comm.h"
 #include "nccl.h"
 
@@ -30,6 +32,13 @@ struct ncclComm {
   tutti::core::CommConfig config;
   bool finalized = false;
   uint64_t splitSeq = 0;
+  // The process's device backend and the device this communicator is bound
+  // to (the backend's current device at init; devlist[i] for ncclCommInitAll).
+  tutti::core::Backend* backend = nullptr;
+  int device = 0;
+  // Pinned host memory that device buffers are staged through (grown on
+  // demand, freed with the communicator; used under impl->mutex()).
+  tutti::capi::PinnedBuffer staging;
 
   struct UserOp {
     bool live = false;

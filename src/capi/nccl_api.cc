@@ -20,6 +20,7 @@
 #include "capi/handle.h"
 #include "capi/ops.h"
 #include "compress/wire.h"
+#include "core/backend.h"
 #include "core/bootstrap.h"
 #include "core/executor.h"
 #include "core/log.h"
@@ -65,6 +66,7 @@ struct PendingOp {
   bool needsScale = false;
   float* state = nullptr;
   uint64_t* wireBytes = nullptr;
+  core::Queue stream = nullptr;  // the caller's stream: the backend queue to order with
 };
 
 struct GroupState {
@@ -190,7 +192,17 @@ algo::ReduceSpec makeSpec(ncclComm* comm, int dt, int op) {
   } else {
     const auto& u = comm->userOps[v - ncclNumOps];
     s.op = tutti::RedOp::kPreMulSum;
-    s.scalar = u.residence == ncclScalarHostImmediate ? u.value : readScalar(u.ptr, u.dt);
+    if (u.residence == ncclScalarHostImmediate) {
+      s.scalar = u.value;
+    } else if (comm->backend->isDevice(u.ptr)) {
+      // A scalar in device memory: read through the backend at each use.
+      uint64_t raw = 0;
+      Status st = comm->backend->copy(&raw, u.ptr, tutti::dataTypeSize(s.dt));
+      if (!st) TUTTI_WARN("reading the PreMulSum scalar: {} (using 0)", st.message());
+      s.scalar = readScalar(&raw, u.dt);
+    } else {
+      s.scalar = readScalar(u.ptr, u.dt);
+    }
   }
   return s;
 }
@@ -245,7 +257,7 @@ algo::Wire envCompression(ncclComm* comm, size_t bytes, int dt, int op) {
 }
 
 ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
-                        int dt, int op, int root, ncclComm_t comm,
+                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream,
                         const tutti::capi::Compressed* compressed = nullptr) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
@@ -303,6 +315,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
   PendingOp pending{comm, coll, send, recv, count, dt, op, root};
+  pending.stream = reinterpret_cast<core::Queue>(stream);
   if (compressed) {
     pending.wire = compressed->wire;
     pending.needsScale = compressed->wire.format == algo::Wire::kHalf;
@@ -317,7 +330,8 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
 
 ncclResult_t enqueue(const char*, PendingOp op) {
   core::OneShotOp small;
-  if (t_group.depth == 0 && oneShotOp(op.comm, op, &small)) {
+  // (Device backends stage buffers in groupEndImpl first.)
+  if (t_group.depth == 0 && op.comm->backend->hostOnly() && oneShotOp(op.comm, op, &small)) {
     // The latency path: no group bookkeeping, no schedule, no executor.
     tutti::log::setThreadRank(op.comm->rank);
     std::lock_guard<std::mutex> lk(op.comm->impl->mutex());
@@ -495,8 +509,10 @@ Status agreeScales(const std::vector<ncclComm*>& comms,
   works.reserve(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
     if (maxima[i].empty()) continue;
-    PendingOp probe{comms[i], Collective::kAllReduce, maxima[i].data(), maxima[i].data(),
-                    maxima[i].size(), ncclFloat32, ncclMax, 0};
+    PendingOp probe{comms[i],         Collective::kAllReduce,
+                    maxima[i].data(), maxima[i].data(),
+                    maxima[i].size(), ncclFloat32,
+                    ncclMax,          0};
     works.emplace_back();
     TUTTI_RETURN_IF_ERROR(buildWork(comms[i], {&probe}, &works.back()));
   }
@@ -566,17 +582,40 @@ ncclResult_t groupEndImpl() {
   std::sort(lockOrder.begin(), lockOrder.end());
   std::vector<std::unique_lock<std::mutex>> locks;
   for (ncclComm* c : lockOrder) locks.emplace_back(c->impl->mutex());
-  Status st = agreeScales(comms, byComm);
-  if (!st) return fromStatusOfGroup(st, comms);
+  // Device buffers: staged through pinned host memory, in stream order.
+  std::vector<tutti::capi::DeviceStaging> stagings;
+  auto unstage = [&](Status st) {
+    for (auto& s : stagings) {
+      Status o = s.stageOut(st.isOk());
+      if (st && !o) st = o;
+    }
+    return st;
+  };
+  Status st;
+  for (ncclComm* c : comms) {
+    if (c->backend->hostOnly()) continue;
+    std::vector<tutti::capi::StageOp> sops;
+    for (const PendingOp* o : byComm[c]) {
+      auto* m = const_cast<PendingOp*>(o);
+      sops.push_back({m->coll, &m->send, &m->recv, m->count,
+                      tutti::dataTypeSize(static_cast<tutti::DataType>(m->dt)), c->rank, c->nranks,
+                      m->root, m->stream});
+    }
+    stagings.emplace_back(c->backend);
+    st = stagings.back().stageIn(sops, &c->staging);
+    if (!st) return fromStatus(unstage(st), c);
+  }
+  st = agreeScales(comms, byComm);
+  if (!st) return fromStatusOfGroup(unstage(st), comms);
   std::vector<core::Work> works(comms.size());
   std::vector<core::Work*> ptrs;
   for (size_t i = 0; i < comms.size(); ++i) {
     tutti::log::setThreadRank(comms[i]->rank);
     st = buildWork(comms[i], byComm[comms[i]], &works[i]);
-    if (!st) return fromStatus(st, comms[i]);
+    if (!st) return fromStatus(unstage(st), comms[i]);
     ptrs.push_back(&works[i]);
   }
-  st = core::execute(ptrs);
+  st = unstage(core::execute(ptrs));
   if (!st) return fromStatusOfGroup(st, comms);
   return ncclSuccess;
 }
@@ -608,7 +647,21 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
     if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) cfg.minChannels = config->minCTAs;
     if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) cfg.maxChannels = config->maxCTAs;
   }
+  auto backend = core::processBackend();
+  if (!backend)
+    return fail(static_cast<ncclResult_t>(backend.status().code()),
+                std::string(fn) + ": " + backend.status().message());
+  int device = 0;
+  if (!backend.value()->hostOnly()) {
+    auto d = backend.value()->currentDevice();
+    if (!d)
+      return fail(static_cast<ncclResult_t>(d.status().code()),
+                  std::string(fn) + ": " + d.status().message());
+    device = d.value();
+  }
   auto* c = new ncclComm();
+  c->backend = backend.value();
+  c->device = device;
   c->nranks = nranks;
   c->rank = rank;
   c->id = parsed.value();
@@ -637,6 +690,7 @@ void destroyComm(ncclComm* c, bool abort) {
     if (abort) c->impl->abort();
     std::lock_guard<std::mutex> lk(c->impl->mutex());
   }
+  tutti::capi::freePinned(c->backend, &c->staging);
   c->magic = 0;
   delete c;
 }
@@ -668,6 +722,28 @@ TUTTI_API const char* tuttiLibraryPath(void) {
     return std::string();
   }();
   return path.c_str();
+}
+
+TUTTI_API const char* tuttiBackendName(void) {
+  auto backend = core::processBackend();
+  if (!backend) {
+    fail(static_cast<ncclResult_t>(backend.status().code()),
+         "tuttiBackendName: " + backend.status().message());
+    return nullptr;
+  }
+  return backend.value()->name().c_str();
+}
+
+TUTTI_API ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes) {
+  return guard("tuttiMemcpy", [&] {
+    if (bytes == 0) return ncclSuccess;
+    if (!dst || !src)
+      return fail(ncclInvalidArgument, fmt::format("tuttiMemcpy: {} is NULL", dst ? "src" : "dst"));
+    auto backend = core::processBackend();
+    if (!backend) return fromStatus(backend.status().withContext("tuttiMemcpy"), nullptr);
+    Status st = backend.value()->copy(dst, src, bytes);
+    return st ? ncclSuccess : fromStatus(st.withContext("tuttiMemcpy"), nullptr);
+  });
 }
 
 TUTTI_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
@@ -739,10 +815,29 @@ TUTTI_PNCCL(ncclCommInitRankScalable)
 
 TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   return guard("ncclCommInitAll", [&] {
-    (void)devlist;  // host ranks: device ids are recorded nowhere
     if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
     if (ndev < 1)
       return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
+    // Rank i is bound to devlist[i] (or device i); the CPU backend has one
+    // "device" that every rank shares, so any ids are accepted there.
+    auto backend = core::processBackend();
+    if (!backend)
+      return fail(static_cast<ncclResult_t>(backend.status().code()),
+                  "ncclCommInitAll: " + backend.status().message());
+    if (!backend.value()->hostOnly()) {
+      auto n = backend.value()->deviceCount();
+      if (!n)
+        return fail(static_cast<ncclResult_t>(n.status().code()),
+                    "ncclCommInitAll: " + n.status().message());
+      for (int i = 0; i < ndev; ++i) {
+        int d = devlist ? devlist[i] : i;
+        if (d < 0 || d >= n.value())
+          return fail(ncclInvalidArgument,
+                      fmt::format("ncclCommInitAll: device {} of rank {} does not exist "
+                                  "(backend {} has {} device(s))",
+                                  d, i, backend.value()->name(), n.value()));
+      }
+    }
     ncclUniqueId id;
     ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess) return rc;
@@ -751,6 +846,7 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     for (int i = 0; i < ndev; ++i) {
       rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr);
       if (rc != ncclSuccess) t_group.deferred = rc;
+      if (comms[i] && !backend.value()->hostOnly()) comms[i]->device = devlist ? devlist[i] : i;
     }
     rc = ncclGroupEnd();
     if (rc != ncclSuccess) {
@@ -813,8 +909,10 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     lk.unlock();
     ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
     inherit.blocking = comm->config.blocking ? 1 : 0;
-    return initRank("ncclCommSplit", newcomm, static_cast<int>(mine.size()), id, newRank,
-                    config ? config : &inherit);
+    ncclResult_t made = initRank("ncclCommSplit", newcomm, static_cast<int>(mine.size()), id,
+                                 newRank, config ? config : &inherit);
+    if (*newcomm) (*newcomm)->device = comm->device;  // children keep the parent's device
+    return made;
   });
 }
 TUTTI_PNCCL(ncclCommSplit)
@@ -888,7 +986,7 @@ TUTTI_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
     ncclResult_t rc = checkComm(comm, "ncclCommCuDevice", false);
     if (rc != ncclSuccess) return rc;
     if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL", comm);
-    *device = 0;  // host communicators report device 0 (docs/api.md)
+    *device = comm->device;  // 0 on the CPU backend (docs/api.md)
     return ncclSuccess;
   });
 }
@@ -960,19 +1058,34 @@ TUTTI_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return ncclSuccess;
-    void* p = nullptr;
-    int rc = posix_memalign(&p, 4096, size);
-    if (rc != 0 || !p)
-      return fail(ncclSystemError, fmt::format("ncclMemAlloc: cannot allocate {} bytes", size));
-    *ptr = p;
+    // Through the process backend: device memory of the calling thread's
+    // current device, or page-aligned host memory on the CPU backend.
+    auto backend = core::processBackend();
+    if (!backend) return fromStatus(backend.status().withContext("ncclMemAlloc"), nullptr);
+    int device = 0;
+    if (!backend.value()->hostOnly()) {
+      auto d = backend.value()->currentDevice();
+      if (!d) return fromStatus(d.status().withContext("ncclMemAlloc"), nullptr);
+      device = d.value();
+    }
+    auto p = backend.value()->alloc(device, size);
+    if (!p)
+      return fromStatus(p.status().withContext(fmt::format("ncclMemAlloc of {} bytes", size)),
+                        nullptr);
+    *ptr = p.value();
     return ncclSuccess;
   });
 }
 TUTTI_PNCCL(ncclMemAlloc)
 
 TUTTI_API ncclResult_t ncclMemFree(void* ptr) {
-  free(ptr);
-  return ncclSuccess;
+  return guard("ncclMemFree", [&] {
+    if (!ptr) return ncclSuccess;
+    auto backend = core::processBackend();
+    if (!backend) return fromStatus(backend.status().withContext("ncclMemFree"), nullptr);
+    Status st = backend.value()->free(ptr);
+    return st ? ncclSuccess : fromStatus(st.withContext("ncclMemFree"), nullptr);
+  });
 }
 TUTTI_PNCCL(ncclMemFree)
 
@@ -1012,106 +1125,106 @@ TUTTI_PNCCL(ncclCommDeregister)
 
 TUTTI_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                     cudaStream_t) {
+                                     cudaStream_t stream) {
   return guard("ncclAllReduce", [&] {
     return collective("ncclAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count,
-                      rawEnum(datatype), rawEnum(op), 0, comm);
+                      rawEnum(datatype), rawEnum(op), 0, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclAllReduce)
 
 TUTTI_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
-                                     cudaStream_t) {
+                                     cudaStream_t stream) {
   return guard("ncclBroadcast", [&] {
     return collective("ncclBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count,
-                      rawEnum(datatype), ncclSum, root, comm);
+                      rawEnum(datatype), ncclSum, root, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclBroadcast)
 
 TUTTI_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                  ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
   return guard("ncclBcast", [&] {
     return collective("ncclBcast", Collective::kBroadcast, buff, buff, count, rawEnum(datatype),
-                      ncclSum, root, comm);
+                      ncclSum, root, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclBcast)
 
 TUTTI_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t datatype, ncclRedOp_t op, int root,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclReduce", [&] {
     return collective("ncclReduce", Collective::kReduce, sendbuff, recvbuff, count,
-                      rawEnum(datatype), rawEnum(op), root, comm);
+                      rawEnum(datatype), rawEnum(op), root, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclReduce)
 
 TUTTI_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                                     ncclDataType_t datatype, ncclComm_t comm,
+                                     cudaStream_t stream) {
   return guard("ncclAllGather", [&] {
     return collective("ncclAllGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
-                      rawEnum(datatype), ncclSum, 0, comm);
+                      rawEnum(datatype), ncclSum, 0, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclAllGather)
 
 TUTTI_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-                                         cudaStream_t) {
+                                         cudaStream_t stream) {
   return guard("ncclReduceScatter", [&] {
     return collective("ncclReduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
-                      recvcount, rawEnum(datatype), rawEnum(op), 0, comm);
+                      recvcount, rawEnum(datatype), rawEnum(op), 0, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclReduceScatter)
 
 TUTTI_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
-                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclAlltoAll", [&] {
     return collective("ncclAlltoAll", Collective::kAllToAll, sendbuff, recvbuff, count,
-                      rawEnum(datatype), ncclSum, 0, comm);
+                      rawEnum(datatype), ncclSum, 0, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclAlltoAll)
 
 TUTTI_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t datatype, int root, ncclComm_t comm,
-                                  cudaStream_t) {
+                                  cudaStream_t stream) {
   return guard("ncclGather", [&] {
     return collective("ncclGather", Collective::kGather, sendbuff, recvbuff, count,
-                      rawEnum(datatype), ncclSum, root, comm);
+                      rawEnum(datatype), ncclSum, root, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclGather)
 
 TUTTI_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                    ncclDataType_t datatype, int root, ncclComm_t comm,
-                                   cudaStream_t) {
+                                   cudaStream_t stream) {
   return guard("ncclScatter", [&] {
     return collective("ncclScatter", Collective::kScatter, sendbuff, recvbuff, count,
-                      rawEnum(datatype), ncclSum, root, comm);
+                      rawEnum(datatype), ncclSum, root, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclScatter)
 
 TUTTI_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
-                                int peer, ncclComm_t comm, cudaStream_t) {
+                                int peer, ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclSend", [&] {
     return collective("ncclSend", Collective::kSend, sendbuff, nullptr, count, rawEnum(datatype),
-                      ncclSum, peer, comm);
+                      ncclSum, peer, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclSend)
 
 TUTTI_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
-                                ncclComm_t comm, cudaStream_t) {
+                                ncclComm_t comm, cudaStream_t stream) {
   return guard("ncclRecv", [&] {
     return collective("ncclRecv", Collective::kRecv, nullptr, recvbuff, count, rawEnum(datatype),
-                      ncclSum, peer, comm);
+                      ncclSum, peer, comm, stream);
   });
 }
 TUTTI_PNCCL(ncclRecv)
@@ -1136,7 +1249,7 @@ namespace tutti::capi {
 
 ncclResult_t allReduce(const char* fn, const void* send, void* recv, size_t count, int dt, int op,
                        ncclComm_t comm, const Compressed* c) {
-  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, c);
+  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, nullptr, c);
 }
 
 bool inGroup() { return t_group.depth > 0; }

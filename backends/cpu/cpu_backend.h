@@ -1,0 +1,21 @@
+// The CPU backend as a plugin table (include/tutti/backend_plugin.h): host
+// memory only, built into libtutti.so, and the reference every other backend
+// is checked against (tests/device/conformance_test.cc).
+//
+// Contract: every pointer is host memory (queryPointer answers UNKNOWN);
+// memAlloc/hostAlloc are page-aligned heap memory; "queues" run nothing
+// asynchronously: every async call has completed when it returns, so queues
+// and events are tokens and synchronising is free. IPC is not offered (the
+// shared-memory transport moves host memory between processes). The kernels
+// are the reference kernels of kernels.h, codec_kernels.h and dense_kernels.h;
+// gemm accumulates each dot product in double over k in order and rounds once.
+#pragma once
+
+#include "tutti/backend_plugin.h"
+
+namespace tutti::cpu {
+
+// The table; static, valid for the life of the process.
+const tuttiBackendPlugin_v1* backendPlugin();
+
+}  // namespace tutti::cpu

@@ -1,0 +1,129 @@
+// The device backend seen from inside tutti: one plugin table
+// (include/tutti/backend_plugin.h) behind a C++ face that returns Status.
+//
+// Contract
+// - One backend serves the whole process (processBackend()): chosen at first
+//   use from TUTTI_BACKEND_PLUGIN ("cpu" or empty: the built-in CPU backend; a
+//   name: libtutti-backend-<name>.so in the plugin folders; a path). When the
+//   variable is unset and a CUDA plugin is installed beside libtutti.so, that
+//   plugin is tried and the CPU backend used if it finds no device (INFO line).
+//   A plugin named explicitly that fails to load is an error, never a silent
+//   fallback. The process backend lives until exit (never unloaded).
+// - Backend::load() opens further instances (tests, the conformance suite);
+//   each owns its plugin context and finalizes it when destroyed.
+// - hostOnly(): every pointer is host memory and every queue is synchronous
+//   (the CPU backend). Callers skip pointer queries and staging then, so the
+//   host path pays nothing for the seam.
+// - Kernels whose table entry is NULL, or that answer ncclInvalidArgument, run
+//   on the host: the queue is drained, operands are copied into pinned host
+//   memory, the CPU reference kernel runs, results are copied back (logged
+//   once per kernel at INFO). All calls are thread-safe; those named "sync"
+//   block until the queue has drained.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "tutti/backend_plugin.h"
+
+namespace tutti::core {
+
+enum class MemKind { kHost, kDevice, kPinned, kManaged };
+
+struct MemInfo {
+  MemKind kind = MemKind::kHost;
+  int device = -1;
+  void* base = nullptr;  // start of the allocation, when known
+  size_t size = 0;       // its size, when known
+};
+
+using Queue = tuttiPluginQueue_t;
+using Event = tuttiPluginEvent_t;
+
+class Backend {
+ public:
+  // Loads a plugin by name or path (see the contract) and initialises it.
+  static Result<std::unique_ptr<Backend>> load(const std::string& nameOrPath);
+  // Wraps a table already in memory (the built-in CPU backend).
+  static Result<std::unique_ptr<Backend>> fromTable(const tuttiBackendPlugin_v1* table,
+                                                    const std::string& origin);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& origin() const { return origin_; }  // "built-in" or the file loaded
+  bool hostOnly() const { return hostOnly_; }
+  uint64_t capabilities() const { return t_->capabilities; }
+  bool hasIpc() const { return t_->ipcExport && t_->ipcImport && t_->ipcClose; }
+  const tuttiBackendPlugin_v1& table() const { return *t_; }
+  void* context() const { return ctx_; }
+
+  Result<int> deviceCount();
+  Result<int> currentDevice();
+  // Never fails: a failing query is logged and the pointer treated as host memory.
+  MemInfo query(const void* p);
+  bool isDevice(const void* p) { return !hostOnly_ && query(p).kind == MemKind::kDevice; }
+
+  Result<void*> alloc(int device, size_t bytes);
+  Status free(void* p);
+  Result<void*> hostAlloc(size_t bytes);
+  Status hostFree(void* p);
+  Status copyAsync(void* dst, const void* src, size_t bytes, Queue q);
+  // Sync: copies in order on the default queue and waits.
+  Status copy(void* dst, const void* src, size_t bytes);
+  Status sync(Queue q);  // sync
+
+  Result<Queue> queueCreate(int device);
+  Status queueDestroy(Queue q);
+  Result<Event> eventCreate(int device);
+  Status eventDestroy(Event e);
+  Status eventRecord(Event e, Queue q);
+  Status eventWait(Queue q, Event e);
+  Result<bool> eventDone(Event e);
+
+  // Kernels, async on q (host fallback as in the contract).
+  Status reduce(const tuttiPluginReduceArgs_v1& a, Queue q);
+  Status castScaled(void* dst, int dstType, const void* src, int srcType, size_t count, float scale,
+                    Queue q);
+  Status pack1bit(const float* src, float* error, void* wire, size_t count, Queue q);
+  Status unpack1bit(float* dst, const void* wire, size_t count, bool accumulate, Queue q);
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+              int64_t ldc, Queue q);
+  Status orthogonalize(float* M, int64_t rows, int64_t cols, int64_t ld, float eps, Queue q);
+
+  // IPC (requires hasIpc()).
+  Status ipcExport(void* p, size_t bytes, const int32_t* pids, int nPids,
+                   tuttiPluginIpcHandle_v1* h);
+  Result<void*> ipcImport(int device, const tuttiPluginIpcHandle_v1& h);
+  Status ipcClose(void* p);
+
+  // A failed call's Status: what it was, the plugin's lastError text.
+  Status error(ncclResult_t rc, const char* what) const;
+
+ private:
+  Backend() = default;
+  void noteFallback(int kernel, const char* what);
+
+  tuttiBackendPlugin_v1 table_{};
+  const tuttiBackendPlugin_v1* t_ = nullptr;  // &table_ once initialised
+  void* ctx_ = nullptr;
+  void* dl_ = nullptr;  // dlopen handle, null for built-in tables
+  std::string name_, origin_;
+  bool hostOnly_ = false;
+  std::atomic<uint32_t> fallbackLogged_{0};
+};
+
+// The process's backend (see the contract). The error names the variable and
+// what failed; it is returned again on every later call.
+Result<Backend*> processBackend();
+
+// Bytes of the 1-bit wire format for count floats (pack1bit's output).
+size_t signWireBytes(size_t count);
+
+}  // namespace tutti::core

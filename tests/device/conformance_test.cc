@@ -1,0 +1,554 @@
+// Backend conformance: one suite any device backend runs against, by name.
+// Every kernel is compared with the CPU reference (the built-in backend) on
+// awkward sizes, every datatype and operator; copies, pointer queries and
+// queue/event ordering are checked on the backend's own memory, which the
+// test never touches directly (xpu_emu's is inaccessible to the host).
+//
+// Backends: TUTTI_CONFORMANCE_BACKENDS (comma-separated names or paths),
+// default the ones built here (TUTTI_CONFORMANCE_DEFAULT). A backend that
+// cannot start on this machine (cuda without a GPU) is reported skipped.
+//
+// Exactness: reduce, castScaled and the 1-bit codec are specified bit for bit
+// (include/tutti/backend_plugin.h), so results must be identical; NaNs match
+// when both are NaN (payloads are unspecified). gemm and orthogonalize leave
+// the summation order free: tolerances are given where they are checked.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/float_formats.h"
+#include "core/backend.h"
+#include "core/types.h"
+
+namespace tutti {
+namespace {
+
+using core::Backend;
+
+std::vector<std::string> backendNames() {
+  const char* env = getenv("TUTTI_CONFORMANCE_BACKENDS");
+  std::string list = env && *env ? env : TUTTI_CONFORMANCE_DEFAULT;
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Device memory of the backend under test, filled and read only through it.
+class DevBuf {
+ public:
+  DevBuf(Backend* b, size_t bytes) : b_(b), bytes_(bytes) {
+    auto p = b->alloc(0, bytes ? bytes : 1);
+    EXPECT_TRUE(p.isOk()) << p.status().message();
+    if (p) ptr_ = p.value();
+  }
+  ~DevBuf() {
+    if (ptr_) {
+      EXPECT_TRUE(b_->free(ptr_).isOk());
+    }
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void* get() const { return ptr_; }
+  template <typename T = void>
+  T* at(size_t byteOffset) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(ptr_) + byteOffset);
+  }
+  void upload(const void* host, size_t bytes, size_t off = 0) {
+    ASSERT_TRUE(b_->copy(at(off), host, bytes).isOk());
+  }
+  std::vector<uint8_t> download(size_t bytes, size_t off = 0) {
+    std::vector<uint8_t> out(bytes);
+    Status st = b_->copy(out.data(), at(off), bytes);
+    EXPECT_TRUE(st.isOk()) << st.message();
+    return out;
+  }
+
+ private:
+  Backend* b_;
+  size_t bytes_;
+  void* ptr_ = nullptr;
+};
+
+// Equal bytes, element by element, where two NaNs of a floating type match.
+bool isNan(const uint8_t* p, int dt) {
+  switch (dt) {
+    case ncclFloat16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return std::isnan(cpu::halfToFloat(v));
+    }
+    case ncclBfloat16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return std::isnan(cpu::bf16ToFloat(v));
+    }
+    case ncclFloat32: {
+      float v;
+      memcpy(&v, p, 4);
+      return std::isnan(v);
+    }
+    case ncclFloat64: {
+      double v;
+      memcpy(&v, p, 8);
+      return std::isnan(v);
+    }
+    case ncclFloat8e4m3:
+      return std::isnan(cpu::fp8E4M3ToFloat(*p));
+    case ncclFloat8e5m2:
+      return std::isnan(cpu::fp8E5M2ToFloat(*p));
+    default:
+      return false;
+  }
+}
+
+// Index of the first differing element, or -1.
+long firstMismatch(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int dt,
+                   size_t es) {
+  if (got.size() != want.size()) return 0;
+  for (size_t i = 0; i * es < got.size(); ++i) {
+    const uint8_t* g = &got[i * es];
+    const uint8_t* w = &want[i * es];
+    if (memcmp(g, w, es) == 0) continue;
+    if (isNan(g, dt) && isNan(w, dt)) continue;
+    return static_cast<long>(i);
+  }
+  return -1;
+}
+
+// Random elements of a datatype, with special values sprinkled in (floats:
+// +-0, +-inf, NaN, subnormals, values near the narrow formats' limits).
+std::vector<uint8_t> randomData(int dt, size_t count, std::mt19937_64& rng, bool specials) {
+  const size_t es = dataTypeSize(static_cast<DataType>(dt));
+  std::vector<uint8_t> out(count * es);
+  std::uniform_real_distribution<double> u(-4, 4);
+  for (size_t i = 0; i < count; ++i) {
+    uint8_t* p = &out[i * es];
+    const bool special = specials && rng() % 16 == 0;
+    double v = u(rng);
+    if (special) {
+      const double pick[] = {0.0,   -0.0,  INFINITY, -INFINITY, NAN,  1e-6,
+                             -6e-8, 448.0, 500.0,    65504.0,   1e30, -3e38};
+      v = pick[rng() % 12];
+    }
+    switch (dt) {
+      case ncclInt8:
+      case ncclUint8:
+      case ncclInt32:
+      case ncclUint32:
+      case ncclInt64:
+      case ncclUint64: {
+        uint64_t r = rng();
+        if (special) r = (rng() & 1) ? ~0ull : (1ull << (es * 8 - 1));  // -1 / INT_MIN patterns
+        memcpy(p, &r, es);
+        break;
+      }
+      case ncclFloat16: {
+        uint16_t h = cpu::floatToHalf(static_cast<float>(v));
+        memcpy(p, &h, 2);
+        break;
+      }
+      case ncclBfloat16: {
+        uint16_t h = cpu::floatToBf16(static_cast<float>(v));
+        memcpy(p, &h, 2);
+        break;
+      }
+      case ncclFloat32: {
+        float f = static_cast<float>(v);
+        memcpy(p, &f, 4);
+        break;
+      }
+      case ncclFloat64:
+        memcpy(p, &v, 8);
+        break;
+      case ncclFloat8e4m3:
+        *p = cpu::floatToFp8E4M3(static_cast<float>(v));
+        break;
+      case ncclFloat8e5m2:
+        *p = cpu::floatToFp8E5M2(static_cast<float>(v));
+        break;
+    }
+  }
+  return out;
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto b = Backend::load(GetParam());
+    if (!b) {
+      // Only a backend that declines at run time (no device) may skip; one
+      // that is missing or malformed fails.
+      if (b.status().code() == Code::kUnhandledDeviceError)
+        GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << b.status().message();
+      FAIL() << b.status().message();
+    }
+    be_ = std::move(b.value());
+    auto r = Backend::load("cpu");
+    ASSERT_TRUE(r.isOk());
+    ref_ = std::move(r.value());
+  }
+  std::unique_ptr<Backend> be_, ref_;
+};
+
+const size_t kCounts[] = {0, 1, 7, 33, 1000, 4099};
+
+TEST_P(Conformance, CopiesBetweenEveryKindOfMemory) {
+  std::mt19937_64 rng(1);
+  for (size_t bytes : {size_t{1}, size_t{3}, size_t{4097}, size_t{1} << 20}) {
+    std::vector<uint8_t> src(bytes);
+    for (auto& x : src) x = static_cast<uint8_t>(rng());
+    DevBuf a(be_.get(), bytes + 64), b(be_.get(), bytes + 64);
+    a.upload(src.data(), bytes, 5);                          // H2D at an odd offset
+    ASSERT_TRUE(be_->copy(b.at(3), a.at(5), bytes).isOk());  // D2D
+    auto pinned = be_->hostAlloc(bytes);                     // D2 pinned
+    ASSERT_TRUE(pinned.isOk()) << pinned.status().message();
+    ASSERT_TRUE(be_->copy(pinned.value(), b.at(3), bytes).isOk());
+    EXPECT_EQ(memcmp(pinned.value(), src.data(), bytes), 0) << bytes << " bytes";
+    EXPECT_EQ(b.download(bytes, 3), src) << bytes << " bytes";  // D2H pageable
+    ASSERT_TRUE(be_->hostFree(pinned.value()).isOk());
+  }
+}
+
+TEST_P(Conformance, PointerQuery) {
+  DevBuf d(be_.get(), 4096);
+  int onStack = 0;
+  EXPECT_EQ(be_->query(&onStack).kind, core::MemKind::kHost);
+  if (be_->hostOnly()) return;  // the CPU backend calls everything host memory
+  core::MemInfo m = be_->query(d.at(100));
+  EXPECT_EQ(m.kind, core::MemKind::kDevice);
+  EXPECT_EQ(m.device, 0);
+  EXPECT_EQ(m.base, d.get());
+  EXPECT_GE(m.size, 4096u);
+}
+
+TEST_P(Conformance, ReduceEveryTypeAndOperator) {
+  std::mt19937_64 rng(7);
+  const int ops[] = {TUTTI_PLUGIN_OP_SUM, TUTTI_PLUGIN_OP_PROD, TUTTI_PLUGIN_OP_MAX,
+                     TUTTI_PLUGIN_OP_MIN, TUTTI_PLUGIN_OP_AVG,  TUTTI_PLUGIN_OP_PREMULSUM};
+  const size_t maxCount = 4099, maxSrcs = 5;
+  DevBuf dev(be_.get(), (maxCount * 8 + 128) * (maxSrcs + 1));
+  DevBuf devScalar(be_.get(), 8);
+  int checked = 0;
+  for (int dt = ncclInt8; dt <= ncclFloat8e5m2; ++dt) {
+    const size_t es = dataTypeSize(static_cast<DataType>(dt));
+    for (int op : ops) {
+      for (int nSrcs : {1, 2, 3, 5}) {
+        for (size_t count : kCounts) {
+          // Variants: out of place; in place on the first source; in place on the last.
+          for (int variant = 0; variant < 3; ++variant) {
+            if (variant == 2 && nSrcs == 1) continue;
+            const bool deviceScalar = variant == 1;
+            SCOPED_TRACE(::testing::Message()
+                         << "datatype " << dt << " op " << op << " nSrcs " << nSrcs << " count "
+                         << count << " variant " << variant);
+            const size_t bytes = count * es, stride = (bytes + 63) / 64 * 64 + 1;  // unaligned
+            std::vector<std::vector<uint8_t>> host(nSrcs);
+            std::vector<const void*> devSrcs, refSrcs;
+            for (int k = 0; k < nSrcs; ++k) {
+              host[k] = randomData(dt, count, rng, true);
+              dev.upload(host[k].data(), bytes, k * stride);
+              devSrcs.push_back(dev.at(k * stride));
+              refSrcs.push_back(host[k].data());
+            }
+            std::vector<uint8_t> scalar = randomData(dt, 1, rng, false);
+            devScalar.upload(scalar.data(), es);
+            void* devDst = variant == 0   ? dev.at(nSrcs * stride)
+                           : variant == 1 ? const_cast<void*>(devSrcs[0])
+                                          : const_cast<void*>(devSrcs[nSrcs - 1]);
+            std::vector<uint8_t> want(bytes);
+            void* refDst = variant == 0   ? want.data()
+                           : variant == 1 ? const_cast<void*>(refSrcs[0])
+                                          : const_cast<void*>(refSrcs[nSrcs - 1]);
+            tuttiPluginReduceArgs_v1 a{};
+            a.structSize = sizeof(a);
+            a.datatype = dt;
+            a.op = op;
+            a.nSrcs = nSrcs;
+            a.count = count;
+            a.avgDivisor = static_cast<uint32_t>(nSrcs + 1);
+            a.scalarResidence = ncclScalarHostImmediate;
+            tuttiPluginReduceArgs_v1 r = a;
+            a.dst = devDst;
+            a.srcs = devSrcs.data();
+            r.dst = refDst;
+            r.srcs = refSrcs.data();
+            if (op == TUTTI_PLUGIN_OP_PREMULSUM) {
+              r.scalar = scalar.data();
+              a.scalar = deviceScalar ? devScalar.get() : scalar.data();
+              a.scalarResidence = deviceScalar ? ncclScalarDevice : ncclScalarHostImmediate;
+            }
+            Status st = be_->reduce(a, nullptr);
+            ASSERT_TRUE(st.isOk()) << st.message();
+            ASSERT_TRUE(ref_->reduce(r, nullptr).isOk());
+            if (variant != 0)
+              want.assign(static_cast<uint8_t*>(refDst), static_cast<uint8_t*>(refDst) + bytes);
+            ASSERT_TRUE(be_->sync(nullptr).isOk());
+            const size_t off = static_cast<uint8_t*>(devDst) - dev.at<uint8_t>(0);
+            std::vector<uint8_t> got = dev.download(bytes, off);
+            long bad = firstMismatch(got, want, dt, es);
+            ASSERT_EQ(bad, -1) << "first differing element " << bad;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 12 * 6 * 4 * 6);
+}
+
+TEST_P(Conformance, CastScaled) {
+  std::mt19937_64 rng(11);
+  const int narrow[] = {ncclFloat16, ncclBfloat16};
+  DevBuf src(be_.get(), 4099 * 4 + 8), dst(be_.get(), 4099 * 4 + 8);
+  for (int t : narrow) {
+    for (float scale : {1.0f, 0x1p-10f, 3.5f, 0x1p20f}) {
+      for (size_t count : kCounts) {
+        SCOPED_TRACE(::testing::Message()
+                     << "type " << t << " scale " << scale << " count " << count);
+        // fp32 -> narrow
+        std::vector<uint8_t> in = randomData(ncclFloat32, count, rng, true);
+        src.upload(in.data(), count * 4, 4);  // misaligned by one element
+        ASSERT_TRUE(
+            be_->castScaled(dst.at(2), t, src.at(4), ncclFloat32, count, scale, nullptr).isOk());
+        std::vector<uint8_t> want(count * 2);
+        ASSERT_TRUE(
+            ref_->castScaled(want.data(), t, in.data(), ncclFloat32, count, scale, nullptr).isOk());
+        ASSERT_TRUE(be_->sync(nullptr).isOk());
+        ASSERT_EQ(firstMismatch(dst.download(count * 2, 2), want, t, 2), -1);
+        // narrow -> fp32
+        std::vector<uint8_t> nin = randomData(t, count, rng, true);
+        src.upload(nin.data(), count * 2, 2);
+        ASSERT_TRUE(
+            be_->castScaled(dst.at(4), ncclFloat32, src.at(2), t, count, scale, nullptr).isOk());
+        std::vector<uint8_t> wantF(count * 4);
+        ASSERT_TRUE(
+            ref_->castScaled(wantF.data(), ncclFloat32, nin.data(), t, count, scale, nullptr)
+                .isOk());
+        ASSERT_TRUE(be_->sync(nullptr).isOk());
+        ASSERT_EQ(firstMismatch(dst.download(count * 4, 4), wantF, ncclFloat32, 4), -1);
+      }
+    }
+  }
+}
+
+TEST_P(Conformance, OneBitPackAndUnpack) {
+  std::mt19937_64 rng(13);
+  for (size_t count :
+       {size_t{1}, size_t{7}, size_t{511}, size_t{512}, size_t{513}, size_t{2000}, size_t{4099}}) {
+    for (bool feedback : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "count " << count << " feedback " << feedback);
+      const size_t wb = core::signWireBytes(count);
+      std::vector<uint8_t> in = randomData(ncclFloat32, count, rng, false);
+      std::vector<uint8_t> err = randomData(ncclFloat32, count, rng, false);
+      DevBuf dIn(be_.get(), count * 4), dErr(be_.get(), count * 4), dWire(be_.get(), wb),
+          dOut(be_.get(), count * 4);
+      dIn.upload(in.data(), count * 4);
+      dErr.upload(err.data(), count * 4);
+      ASSERT_TRUE(be_->pack1bit(dIn.at<float>(0), feedback ? dErr.at<float>(0) : nullptr,
+                                dWire.get(), count, nullptr)
+                      .isOk());
+      std::vector<uint8_t> wantWire(wb), wantErr = err;
+      ASSERT_TRUE(ref_->pack1bit(reinterpret_cast<float*>(in.data()),
+                                 feedback ? reinterpret_cast<float*>(wantErr.data()) : nullptr,
+                                 wantWire.data(), count, nullptr)
+                      .isOk());
+      ASSERT_TRUE(be_->sync(nullptr).isOk());
+      ASSERT_EQ(dWire.download(wb), wantWire);
+      ASSERT_EQ(firstMismatch(dErr.download(count * 4), wantErr, ncclFloat32, 4), -1);
+      // Unpack, plain and accumulating onto the input.
+      for (bool acc : {false, true}) {
+        dOut.upload(in.data(), count * 4);
+        ASSERT_TRUE(be_->unpack1bit(dOut.at<float>(0), dWire.get(), count, acc, nullptr).isOk());
+        std::vector<uint8_t> want = in;
+        ASSERT_TRUE(ref_->unpack1bit(reinterpret_cast<float*>(want.data()), wantWire.data(), count,
+                                     acc, nullptr)
+                        .isOk());
+        ASSERT_TRUE(be_->sync(nullptr).isOk());
+        ASSERT_EQ(firstMismatch(dOut.download(count * 4), want, ncclFloat32, 4), -1) << acc;
+      }
+    }
+  }
+}
+
+// gemm: the summation order is free, so each element is checked against the
+// double-precision reference within the classic dot-product bound
+// |err| <= gamma_k * sum |a_p b_p| (gamma_k ~ k * 2^-24, doubled for the
+// alpha/beta roundings) plus one rounding of the result.
+TEST_P(Conformance, Gemm) {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> u(-1, 1);
+  struct Shape {
+    int64_t m, n, k;
+    bool tA, tB;
+    float alpha, beta;
+  };
+  const Shape shapes[] = {{1, 1, 1, false, false, 1, 0},   {7, 5, 3, false, false, 1, 0},
+                          {64, 4, 300, true, false, 1, 0}, {33, 17, 9, false, true, 0.5f, 2},
+                          {4, 4, 1000, true, true, -1, 1}, {0, 3, 3, false, false, 1, 0}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(::testing::Message()
+                 << s.m << "x" << s.n << "x" << s.k << " tA " << s.tA << " tB " << s.tB);
+    const int64_t aRows = s.tA ? s.k : s.m, aCols = s.tA ? s.m : s.k;
+    const int64_t bRows = s.tB ? s.n : s.k, bCols = s.tB ? s.k : s.n;
+    const int64_t lda = aCols + 3, ldb = bCols + 1, ldc = s.n + 2;  // padded rows
+    std::vector<float> A(aRows * lda), B(bRows * ldb), C(std::max<int64_t>(s.m, 1) * ldc);
+    for (auto& x : A) x = u(rng);
+    for (auto& x : B) x = u(rng);
+    for (auto& x : C) x = u(rng);
+    DevBuf dA(be_.get(), A.size() * 4), dB(be_.get(), B.size() * 4), dC(be_.get(), C.size() * 4);
+    dA.upload(A.data(), A.size() * 4);
+    dB.upload(B.data(), B.size() * 4);
+    dC.upload(C.data(), C.size() * 4);
+    ASSERT_TRUE(be_->gemm(s.tA, s.tB, s.m, s.n, s.k, s.alpha, dA.at<float>(0), lda, dB.at<float>(0),
+                          ldb, s.beta, dC.at<float>(0), ldc, nullptr)
+                    .isOk());
+    ASSERT_TRUE(be_->sync(nullptr).isOk());
+    std::vector<uint8_t> raw = dC.download(C.size() * 4);
+    const float* got = reinterpret_cast<const float*>(raw.data());
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          const double a = s.tA ? A[p * lda + i] : A[i * lda + p];
+          const double b = s.tB ? B[j * ldb + p] : B[p * ldb + j];
+          exact += a * b;
+          mag += std::fabs(a * b);
+        }
+        const double want = s.alpha * exact + s.beta * C[i * ldc + j];
+        const double bound = 2.0 * (s.k + 2) * 0x1p-24 *
+                                 (std::fabs(s.alpha) * mag + std::fabs(s.beta * C[i * ldc + j])) +
+                             0x1p-24 * std::fabs(want) + 1e-30;
+        ASSERT_NEAR(got[i * ldc + j], want, bound) << "element " << i << "," << j;
+      }
+    // Padding between rows is untouched.
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = s.n; j < ldc; ++j) ASSERT_EQ(got[i * ldc + j], C[i * ldc + j]);
+  }
+}
+
+// orthogonalize: the result has orthonormal columns (|Q^T Q - I| <= 1e-5: a
+// few float roundings per entry over 200 rows, conditioned matrices) and,
+// column by column, equals the reference to 1e-4 (Gram-Schmidt in column
+// order fixes each column up to rounding when the input is well conditioned).
+TEST_P(Conformance, Orthogonalize) {
+  std::mt19937_64 rng(19);
+  std::normal_distribution<float> g(0, 1);
+  for (int64_t cols : {1, 2, 4, 7}) {
+    const int64_t rows = 200, ld = cols + 2;
+    std::vector<float> M(rows * ld);
+    for (auto& x : M) x = g(rng);
+    DevBuf d(be_.get(), M.size() * 4);
+    d.upload(M.data(), M.size() * 4);
+    ASSERT_TRUE(be_->orthogonalize(d.at<float>(0), rows, cols, ld, 1e-8f, nullptr).isOk());
+    std::vector<float> want = M;
+    ASSERT_TRUE(ref_->orthogonalize(want.data(), rows, cols, ld, 1e-8f, nullptr).isOk());
+    ASSERT_TRUE(be_->sync(nullptr).isOk());
+    std::vector<uint8_t> raw = d.download(M.size() * 4);
+    const float* got = reinterpret_cast<const float*>(raw.data());
+    for (int64_t a = 0; a < cols; ++a)
+      for (int64_t b = 0; b < cols; ++b) {
+        double dot = 0;
+        for (int64_t i = 0; i < rows; ++i) dot += double(got[i * ld + a]) * got[i * ld + b];
+        ASSERT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << "columns " << a << "," << b;
+      }
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < cols; ++c) ASSERT_NEAR(got[i * ld + c], want[i * ld + c], 1e-4);
+      for (int64_t c = cols; c < ld; ++c) ASSERT_EQ(got[i * ld + c], M[i * ld + c]);  // padding
+    }
+  }
+  // A zero column stays zero.
+  std::vector<float> Z(10 * 2, 0.0f);
+  for (int i = 0; i < 10; ++i) Z[i * 2] = 1.0f + i;
+  DevBuf dz(be_.get(), Z.size() * 4);
+  dz.upload(Z.data(), Z.size() * 4);
+  ASSERT_TRUE(be_->orthogonalize(dz.at<float>(0), 10, 2, 2, 1e-8f, nullptr).isOk());
+  std::vector<uint8_t> raw = dz.download(Z.size() * 4);
+  const float* got = reinterpret_cast<const float*>(raw.data());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(got[i * 2 + 1], 0.0f);
+}
+
+// Work on one queue runs in order; eventWait orders a second queue after the
+// first; nothing is synchronised in between except through those.
+TEST_P(Conformance, QueueAndEventOrdering) {
+  const size_t count = 1 << 20, bytes = count * 4;
+  std::vector<int32_t> ones(count, 1), twos(count, 2);
+  DevBuf a(be_.get(), bytes), b(be_.get(), bytes), c(be_.get(), bytes);
+  a.upload(ones.data(), bytes);
+  c.upload(twos.data(), bytes);
+  auto q1 = be_->queueCreate(0), q2 = be_->queueCreate(0);
+  ASSERT_TRUE(q1.isOk() && q2.isOk());
+  auto ev = be_->eventCreate(0);
+  ASSERT_TRUE(ev.isOk());
+  // An event never recorded is complete.
+  auto done = be_->eventDone(ev.value());
+  ASSERT_TRUE(done.isOk());
+  EXPECT_TRUE(done.value());
+  for (int round = 0; round < 3; ++round) {
+    // q1: b = a (a large copy), then b = b + c; q2 waits for q1, then copies b out.
+    ASSERT_TRUE(be_->copyAsync(b.get(), a.get(), bytes, q1.value()).isOk());
+    const void* srcs[2] = {b.get(), c.get()};
+    tuttiPluginReduceArgs_v1 r{};
+    r.structSize = sizeof(r);
+    r.datatype = ncclInt32;
+    r.op = TUTTI_PLUGIN_OP_SUM;
+    r.nSrcs = 2;
+    r.count = count;
+    r.dst = b.get();
+    r.srcs = srcs;
+    ASSERT_TRUE(be_->reduce(r, q1.value()).isOk());
+    ASSERT_TRUE(be_->eventRecord(ev.value(), q1.value()).isOk());
+    ASSERT_TRUE(be_->eventWait(q2.value(), ev.value()).isOk());
+    std::vector<int32_t> out(count, -1);
+    auto pinned = be_->hostAlloc(bytes);
+    ASSERT_TRUE(pinned.isOk());
+    ASSERT_TRUE(be_->copyAsync(pinned.value(), b.get(), bytes, q2.value()).isOk());
+    ASSERT_TRUE(be_->sync(q2.value()).isOk());
+    memcpy(out.data(), pinned.value(), bytes);
+    ASSERT_TRUE(be_->hostFree(pinned.value()).isOk());
+    for (size_t i = 0; i < count; i += 4093) ASSERT_EQ(out[i], 3) << "element " << i;
+    ASSERT_EQ(out[count - 1], 3);
+    done = be_->eventDone(ev.value());
+    ASSERT_TRUE(done.isOk());
+    EXPECT_TRUE(done.value());
+  }
+  EXPECT_TRUE(be_->eventDestroy(ev.value()).isOk());
+  EXPECT_TRUE(be_->queueDestroy(q1.value()).isOk());
+  EXPECT_TRUE(be_->queueDestroy(q2.value()).isOk());
+}
+
+TEST_P(Conformance, BadArgumentsAreErrorsNotCrashes) {
+  DevBuf d(be_.get(), 64);
+  const void* srcs[1] = {d.get()};
+  tuttiPluginReduceArgs_v1 r{};
+  r.structSize = sizeof(r);
+  r.datatype = 99;
+  r.op = TUTTI_PLUGIN_OP_SUM;
+  r.nSrcs = 1;
+  r.count = 4;
+  r.dst = d.get();
+  r.srcs = srcs;
+  Status st = be_->reduce(r, nullptr);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find("datatype"), std::string::npos) << st.message();
+  st = be_->castScaled(d.get(), ncclInt32, d.at(32), ncclFloat32, 4, 1.0f, nullptr);
+  EXPECT_FALSE(st.isOk());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(backendNames()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n;
+                           for (char c : i.param)
+                             n += isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tutti
