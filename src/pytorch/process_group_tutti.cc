@@ -42,7 +42,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <functional>
 #include <map>
@@ -84,6 +87,59 @@ struct Task {
   ms timeout{0};
 };
 
+// ---- tracing (TUTTI_TORCH_TRACE=<prefix>) -------------------------------------
+// When set, every queued item appends one JSON line to <prefix>.<rank>.jsonl:
+// op name, bytes, and its enqueue, start and end times (CLOCK_MONOTONIC ns,
+// the clock of Python's time.monotonic_ns()). Off: one branch per item.
+int64_t monoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+class Tracer {
+ public:
+  // The process-wide tracer for `rank`, or nullptr when tracing is off.
+  static Tracer* get(int rank) {
+    const char* prefix = std::getenv("TUTTI_TORCH_TRACE");
+    if (!prefix || !*prefix) return nullptr;
+    static std::mutex mu;
+    static std::map<int, Tracer*> tracers;  // leaked: lines may come until exit
+    std::lock_guard<std::mutex> lk(mu);
+    auto& t = tracers[rank];
+    if (!t) {
+      std::string path = std::string(prefix) + "." + std::to_string(rank) + ".jsonl";
+      FILE* f = std::fopen(path.c_str(), "a");
+      if (!f) {
+        std::fprintf(stderr,
+                     "tutti_torch: TUTTI_TORCH_TRACE: cannot open %s for appending; not tracing\n",
+                     path.c_str());
+        return nullptr;
+      }
+      t = new Tracer(f);
+    }
+    return t;
+  }
+  int newGroup() { return nextGroup_.fetch_add(1); }
+  void write(int group, uint64_t seq, const std::string& op, size_t ntasks, size_t bytes,
+             int64_t enq, int64_t start, int64_t end, bool ok) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::fprintf(f_,
+                 "{\"group\":%d,\"seq\":%llu,\"op\":\"%s\",\"tasks\":%zu,\"bytes\":%zu,"
+                 "\"enqueue_ns\":%lld,\"start_ns\":%lld,\"end_ns\":%lld,\"ok\":%s}\n",
+                 group, static_cast<unsigned long long>(seq), op.c_str(), ntasks, bytes,
+                 static_cast<long long>(enq), static_cast<long long>(start),
+                 static_cast<long long>(end), ok ? "true" : "false");
+    std::fflush(f_);
+  }
+
+ private:
+  explicit Tracer(FILE* f) : f_(f) {}
+  FILE* f_;
+  std::mutex mu_;
+  std::atomic<int> nextGroup_{0};
+};
+
 class TuttiWork : public c10d::Work {
  public:
   TuttiWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -116,7 +172,10 @@ class TuttiWork : public c10d::Work {
 
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
-  Engine(ncclComm_t comm, int rank, ms timeout) : comm_(comm), rank_(rank), timeout_(timeout) {}
+  Engine(ncclComm_t comm, int rank, ms timeout)
+      : comm_(comm), rank_(rank), timeout_(timeout), tracer_(Tracer::get(rank)) {
+    if (tracer_) traceGroup_ = tracer_->newGroup();
+  }
   ~Engine() { shutdown(); }
 
   void start() {
@@ -132,10 +191,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int rank() const { return rank_; }
 
   // Queues tasks that run as one unit (one NCCL group when more than one).
-  void enqueue(std::vector<Task> tasks, std::vector<c10::intrusive_ptr<TuttiWork>> works) {
+  // `bytes` is only used by the trace.
+  void enqueue(std::vector<Task> tasks, std::vector<c10::intrusive_ptr<TuttiWork>> works,
+               size_t bytes = 0) {
+    int64_t enq = tracer_ ? monoNs() : 0;
     std::unique_lock<std::mutex> lk(mu_);
     if (stop_) fail("the process group has been shut down");
-    queue_.push_back(Item{std::move(tasks), std::move(works)});
+    queue_.push_back(Item{std::move(tasks), std::move(works), bytes, enq});
     lk.unlock();
     cv_.notify_all();
   }
@@ -240,6 +302,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   struct Item {
     std::vector<Task> tasks;
     std::vector<c10::intrusive_ptr<TuttiWork>> works;
+    size_t bytes = 0;
+    int64_t enqueueNs = 0;
   };
 
   void workerLoop() {
@@ -250,6 +314,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
       Item item = std::move(queue_.front());
       queue_.pop_front();
       std::exception_ptr ep;
+      int64_t startNs = tracer_ ? monoNs() : 0;
+      uint64_t seq = seq_;
       if (aborted_) {
         ep = std::make_exception_ptr(std::runtime_error("tutti: " + reason_));
       } else {
@@ -259,7 +325,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
         deadline_ = Clock::now() + t;
         runningName_ = item.tasks.empty() ? "" : item.tasks.front().name;
         runningTimeout_ = t;
-        ++seq_;
+        seq = ++seq_;
         ncclComm_t comm = comm_;
         lk.unlock();
         cv_.notify_all();  // the watchdog picks up the new deadline
@@ -270,6 +336,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
       }
       lk.unlock();
       cv_.notify_all();
+      if (tracer_)
+        tracer_->write(traceGroup_, seq, item.tasks.empty() ? "" : item.tasks.front().name,
+                       item.tasks.size(), item.bytes, item.enqueueNs, startNs, monoNs(), !ep);
       for (auto& w : item.works) w->complete(ep);
     }
   }
@@ -335,6 +404,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::mutex commMu_;  // commGone_, ncclGetLastError, ncclCommAbort
   bool commGone_ = false;
   std::map<int, tuttiCompressor_t> compressors_;
+  Tracer* tracer_ = nullptr;
+  int traceGroup_ = -1;
   std::thread worker_, watchdog_;
 };
 
@@ -906,14 +977,17 @@ class ProcessGroupTutti : public PGBase {
   void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& /*reqs*/) override {
     std::vector<Task> tasks;
     std::vector<c10::intrusive_ptr<TuttiWork>> works;
+    size_t bytes = 0;
     {
       std::lock_guard<std::mutex> lk(coalesceMu_);
       if (!coalescing_) fail("endCoalescing without startCoalescing");
       coalescing_ = false;
       tasks.swap(coalTasks_);
       works.swap(coalWorks_);
+      bytes = coalBytes_;
+      coalBytes_ = 0;
     }
-    if (!tasks.empty()) engine_->enqueue(std::move(tasks), std::move(works));
+    if (!tasks.empty()) engine_->enqueue(std::move(tasks), std::move(works), bytes);
   }
 #endif
 
@@ -1039,6 +1113,8 @@ class ProcessGroupTutti : public PGBase {
 
   c10::intrusive_ptr<c10d::Work> submit(c10d::OpType type, std::vector<at::Tensor> outputs,
                                         std::vector<Task> tasks) {
+    size_t bytes = 0;
+    for (auto& t : outputs) bytes += nbytes(t);
     auto work = c10::make_intrusive<TuttiWork>(getRank(), type, std::move(outputs), engine_,
                                                tasks.empty() ? "" : tasks.front().name);
 #if !TUTTI_TORCH_V2
@@ -1047,11 +1123,12 @@ class ProcessGroupTutti : public PGBase {
       if (coalescing_) {
         for (auto& t : tasks) coalTasks_.push_back(std::move(t));
         coalWorks_.push_back(work);
+        coalBytes_ += bytes;
         return work;
       }
     }
 #endif
-    engine_->enqueue(std::move(tasks), {work});
+    engine_->enqueue(std::move(tasks), {work}, bytes);
     return work;
   }
 
@@ -1060,6 +1137,7 @@ class ProcessGroupTutti : public PGBase {
   bool coalescing_ = false;
   std::vector<Task> coalTasks_;
   std::vector<c10::intrusive_ptr<TuttiWork>> coalWorks_;
+  size_t coalBytes_ = 0;
 };
 
 c10::intrusive_ptr<ProcessGroupTutti> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

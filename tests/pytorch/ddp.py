@@ -5,6 +5,7 @@ bit-identical at every step (the gradient all-reduce is a + b either way);
 with 3-4 within 1e-5 relative (the sums associate differently).
 
 usage: ddp.py [--steps N] [--hook none|fp16|bf16|onebit|powersgd] [--tol X]
+              [--powersgd-shapes param|square]
 With --hook, the tutti model uses that tutti_torch.hooks communication hook
 and the final loss must be within --tol (relative) of the exact Gloo run."""
 import argparse
@@ -24,6 +25,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--hook", default="none")
 ap.add_argument("--tol", type=float, default=None)
+ap.add_argument("--powersgd-shapes", default="param", help="param or square (tutti_torch.hooks)")
 args = ap.parse_args()
 
 gloo = init()
@@ -73,7 +75,8 @@ tutti_model, tutti_opt = make(dist.group.WORLD)
 gloo_model, gloo_opt = make(gloo)
 if args.hook != "none":
     import tutti_torch.hooks as hooks
-    state = hooks.TuttiHookState(dist.group.WORLD, args.hook, warmup_steps=5)
+    state = hooks.TuttiHookState(dist.group.WORLD, args.hook, warmup_steps=5,
+                                 powersgd_shapes=args.powersgd_shapes)
     tutti_model.register_comm_hook(state, hooks.compressed_allreduce_hook)
 
 
