@@ -9,8 +9,15 @@ cd "$(dirname "$0")/.."
 # UCX, libfabric, MPI) are detected by CMake if installed, never required;
 # python3-torch and libtorch-dev are installed so the PyTorch backend
 # (src/pytorch, ctest label torch) is built and tested.
+# The Level Zero plugin (backends/ze) needs libze-dev (headers; the loader is
+# opened at run time) and clang-14 + llvm-spirv-14 to compile its kernels to
+# SPIR-V (spirv-tools validates it); its kernels are tested on the CPU under
+# PoCL through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
+# clinfo shows the platform).
 PKGS=(build-essential cmake pkg-config libhwloc-dev libfmt-dev libgtest-dev googletest
-      libbenchmark-dev iproute2 procps python3-torch libtorch-dev)
+      libbenchmark-dev iproute2 procps python3-torch libtorch-dev
+      libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
+      opencl-c-headers clinfo)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if __has_include("tutti/tutti.h")
@@ -39,12 +40,99 @@ RankContext g_ctx;  // for error reports
     if (perf_res_ != ncclSuccess) ncclFailed(#call, perf_res_); \
   } while (0)
 
+// ---- tutti's extensions, looked up at run time -----------------------------------
+//
+// tutti's own functions (tutti/tutti.h) are never linked: they are looked up
+// at run time in the library that provides ncclCommInitRank to this process.
+// With NVIDIA's libnccl (LD_PRELOAD, or a build against it) everything else
+// works, and the flags that need tutti (--compress, --mem device) fail with a
+// clear message instead of mixing two libraries.
+
+// The object that defines ncclCommInitRank, and the symbols it defines itself.
+class NcclLibrary {
+ public:
+  NcclLibrary() = default;
+  NcclLibrary(const NcclLibrary&) = delete;
+  NcclLibrary& operator=(const NcclLibrary&) = delete;
+  // The library stays loaded (it provides ncclCommInitRank): symbols found
+  // remain valid after this handle is closed.
+  ~NcclLibrary() {
+    if (handle_ != nullptr) dlclose(handle_);  // RTLD_NOLOAD took a reference
+  }
+
+  // Finds the library; false with *error set when it cannot be told or reopened.
+  bool open(std::string* error) {
+    void* init = dlsym(RTLD_DEFAULT, "ncclCommInitRank");
+    if (init == nullptr || dladdr(init, &info_) == 0 || info_.dli_fname == nullptr) {
+      *error = "cannot tell which library provides ncclCommInitRank (dladdr failed)";
+      return false;
+    }
+    path_ = info_.dli_fname[0] ? info_.dli_fname : "the main program";
+    // Its handle searches it and its own dependencies only (the main program
+    // when tutti is linked statically).
+    handle_ = dlopen(info_.dli_fname[0] ? info_.dli_fname : nullptr, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle_ == nullptr) {
+      const char* why = dlerror();
+      *error = "cannot reopen " + path_ + ": " + (why ? why : "?");
+      return false;
+    }
+    return true;
+  }
+
+  // *fn = `name` as defined by the library itself (not by a dependency of
+  // it), or nullptr; the first name not found is remembered in missing().
+  template <class Fn>
+  void find(const char* name, Fn* fn) {
+    void* sym = handle_ != nullptr ? dlsym(handle_, name) : nullptr;
+    Dl_info where{};
+    if (sym == nullptr || dladdr(sym, &where) == 0 || where.dli_fbase != info_.dli_fbase) {
+      if (missing_ == nullptr) missing_ = name;
+      sym = nullptr;
+    }
+    *fn = reinterpret_cast<Fn>(sym);
+  }
+
+  const char* missing() const { return missing_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  Dl_info info_{};
+  void* handle_ = nullptr;
+  std::string path_;
+  const char* missing_ = nullptr;
+};
+
+// ---- device memory (--mem device) -------------------------------------------------
+
+// tuttiBackendName and tuttiMemcpy, declared here so that --mem device does
+// not depend on tutti/tutti.h being on the include path.
+struct MemApi {
+  const char* (*backendName)(void) = nullptr;
+  ncclResult_t (*memcpy)(void* dst, const void* src, size_t bytes) = nullptr;
+};
+#ifdef TUTTI_PERF_HAVE_TUTTI_H
+static_assert(std::is_same_v<decltype(MemApi::backendName), decltype(&tuttiBackendName)> &&
+                  std::is_same_v<decltype(MemApi::memcpy), decltype(&tuttiMemcpy)>,
+              "MemApi follows tutti/tutti.h");
+#endif
+
+bool loadMemApi(MemApi* api, std::string* error) {
+  NcclLibrary lib;
+  if (!lib.open(error)) return false;
+  lib.find("tuttiBackendName", &api->backendName);
+  lib.find("tuttiMemcpy", &api->memcpy);
+  if (lib.missing() != nullptr) {
+    *error = "the NCCL library in use (" + lib.path() + ") does not provide " + lib.missing() +
+             ": --mem device needs tutti's device backends (tutti/tutti.h), not NVIDIA's NCCL or "
+             "an older tutti; use --mem host";
+    return false;
+  }
+  return true;
+}
+
 // ---- compression (--compress) -------------------------------------------------
 //
-// tuttiAllReduceCompressed and its companions are looked up at run time in the
-// library that provides ncclCommInitRank to this process, never linked: with
-// NVIDIA's libnccl (LD_PRELOAD, or a build against it) everything else works,
-// and --compress fails with a clear message instead of mixing two libraries.
+// tuttiAllReduceCompressed and its companions: looked up like the above.
 
 #ifdef TUTTI_PERF_HAVE_TUTTI_H
 struct CompressApi {
@@ -55,39 +143,14 @@ struct CompressApi {
 };
 
 bool loadCompressApi(CompressApi* api, std::string* error) {
-  void* init = dlsym(RTLD_DEFAULT, "ncclCommInitRank");
-  Dl_info info{};
-  if (init == nullptr || dladdr(init, &info) == 0 || info.dli_fname == nullptr) {
-    *error = "cannot tell which library provides ncclCommInitRank (dladdr failed)";
-    return false;
-  }
-  const std::string lib = info.dli_fname[0] ? info.dli_fname : "the main program";
-  // The object that defines ncclCommInitRank; its handle searches it and its
-  // own dependencies only (the main program when tutti is linked statically).
-  void* handle = dlopen(info.dli_fname[0] ? info.dli_fname : nullptr, RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) {
-    const char* why = dlerror();
-    *error = "cannot reopen " + lib + ": " + (why ? why : "?");
-    return false;
-  }
-  const char* missing = nullptr;
-  auto find = [&](const char* name) -> void* {
-    void* sym = dlsym(handle, name);
-    Dl_info where{};
-    // Defined by that very object, not by a dependency of it.
-    if (sym == nullptr || dladdr(sym, &where) == 0 || where.dli_fbase != info.dli_fbase) {
-      if (missing == nullptr) missing = name;
-      return nullptr;
-    }
-    return sym;
-  };
-  api->create = reinterpret_cast<decltype(api->create)>(find("tuttiCompressorCreate"));
-  api->destroy = reinterpret_cast<decltype(api->destroy)>(find("tuttiCompressorDestroy"));
-  api->allReduce = reinterpret_cast<decltype(api->allReduce)>(find("tuttiAllReduceCompressed"));
-  api->getStats = reinterpret_cast<decltype(api->getStats)>(find("tuttiCompressorGetStats"));
-  dlclose(handle);  // RTLD_NOLOAD took a reference; the library stays loaded
-  if (missing != nullptr) {
-    *error = "the NCCL library in use (" + lib + ") does not provide " + missing +
+  NcclLibrary lib;
+  if (!lib.open(error)) return false;
+  lib.find("tuttiCompressorCreate", &api->create);
+  lib.find("tuttiCompressorDestroy", &api->destroy);
+  lib.find("tuttiAllReduceCompressed", &api->allReduce);
+  lib.find("tuttiCompressorGetStats", &api->getStats);
+  if (lib.missing() != nullptr) {
+    *error = "the NCCL library in use (" + lib.path() + ") does not provide " + lib.missing() +
              ": --compress needs tutti with gradient compression (tutti/tutti.h), not NVIDIA's "
              "NCCL or an older tutti";
     return false;
@@ -469,13 +532,25 @@ std::string fmtNum(double v, int width) {
   return buf;
 }
 
+// Host buffers (posix_memalign): with --mem host the operations run on them;
+// with --mem device they are the host shadows where inputs are generated and
+// results checked, and dev_send/dev_recv (ncclMemAlloc, same size) are what
+// the operations run on. Device memory is only ever passed to tutti (the
+// collectives, tuttiMemcpy, ncclMemFree), never read or written here.
 struct Buffers {
   char* send = nullptr;
   char* recv = nullptr;
+  char* dev_send = nullptr;
+  char* dev_recv = nullptr;
   size_t bytes = 0;
+  Buffers() = default;
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
   ~Buffers() {
     std::free(send);
     std::free(recv);
+    if (dev_send != nullptr) ncclMemFree(dev_send);
+    if (dev_recv != nullptr) ncclMemFree(dev_recv);
   }
 };
 
@@ -491,8 +566,7 @@ class Runner {
   void runCase(const Case& c);
   // Times one size; returns seconds per operation combined across ranks (-a).
   double timeOps(const Case& c, const void* send, void* recv, size_t count);
-  int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k, const void* send,
-                    void* recv, char* base);
+  int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k);
   void warmup(const Case& c, size_t size);
   // --compress: one compressor per size (created, warmed up with -w calls,
   // destroyed after the size's row), and the data the timed calls reduce.
@@ -501,17 +575,42 @@ class Runner {
   void prepareCompressedData(bool in_place, const Counts& k);
   // Rank 0 prints the wire ratio column (and a note when calls ran exact).
   void printWireRatio(const CompressCall& z, size_t bytes);
+  // The buffers the operations run on: device memory with --mem device.
+  char* opSend() const { return device_ ? buf_.dev_send : buf_.send; }
+  char* opRecv() const { return device_ ? buf_.dev_recv : buf_.recv; }
+  // The send and receive pointers of one operation, in the buffers the
+  // operations run on (sendPtr/recvPtr) or in the host buffers (host*Ptr):
+  // the same offsets in both.
+  size_t sendOffset(bool in_place, const Counts& k) const {
+    return in_place ? k.send_inplace * ctx_.rank * elem_ : 0;
+  }
+  size_t recvOffset(bool in_place, const Counts& k) const {
+    return in_place ? k.recv_inplace * ctx_.rank * elem_ : 0;
+  }
   const void* sendPtr(bool in_place, const Counts& k) const {
-    return in_place ? buf_.recv + k.send_inplace * ctx_.rank * elem_ : buf_.send;
+    return (in_place ? opRecv() : opSend()) + sendOffset(in_place, k);
   }
-  void* recvPtr(bool in_place, const Counts& k) const {
-    return in_place ? buf_.recv + k.recv_inplace * ctx_.rank * elem_ : buf_.recv;
+  void* recvPtr(bool in_place, const Counts& k) const { return opRecv() + recvOffset(in_place, k); }
+  char* hostSendPtr(bool in_place, const Counts& k) const {
+    return (in_place ? buf_.recv : buf_.send) + sendOffset(in_place, k);
   }
+  char* hostRecvPtr(bool in_place, const Counts& k) const {
+    return buf_.recv + recvOffset(in_place, k);
+  }
+  // --mem device: copies `bytes` at offset `off` of a host buffer to the same
+  // offset of its device twin, or back (download). No-ops with --mem host.
+  void upload(char* host, size_t off, size_t bytes);
+  void download(char* host, size_t off, size_t bytes);
+  void copyOrFail(void* dst, const void* src, size_t bytes);
+  int allocDeviceBuffers();
 
   const Options& opts_;
   const RankContext& ctx_;
   const bool compress_ = opts_.compress != Compress::kOff;
+  const bool device_ = opts_.mem == Mem::kDevice;
   CompressApi api_;
+  MemApi mem_;
+  const char* backend_ = "host";  // tuttiBackendName() with --mem device
   Buffers buf_;
   size_t elem_ = 1;
   int failed_results_ = 0;
@@ -526,7 +625,8 @@ void Runner::printDevices() {
     int32_t pid;
     int32_t local_rank;
     int32_t reserved;
-    char host[112];
+    char host[80];
+    char backend[32];  // --mem device: tuttiBackendName(); else empty
   };
   static_assert(sizeof(RankInfo) == 128, "RankInfo is sent as bytes");
   std::vector<RankInfo> all(ctx_.nranks);
@@ -535,6 +635,7 @@ void Runner::printDevices() {
   me.pid = static_cast<int32_t>(getpid());
   me.local_rank = ctx_.local_rank;
   gethostname(me.host, sizeof(me.host) - 1);
+  if (device_) std::snprintf(me.backend, sizeof(me.backend), "%s", backend_);
   if (ctx_.nranks > 1) {
     std::vector<RankInfo> send(1, me);
     cudaStream_t stream{};
@@ -546,8 +647,13 @@ void Runner::printDevices() {
   if (ctx_.rank != 0) return;
   std::printf("# Using devices\n");
   for (const RankInfo& r : all) {
-    std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", r.rank, 0,
-                r.pid, r.host, r.local_rank);
+    if (r.backend[0] != '\0') {
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s device memory\n",
+                  r.rank, 0, r.pid, r.host, r.local_rank, r.backend, r.backend);
+    } else {
+      std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", r.rank,
+                  0, r.pid, r.host, r.local_rank);
+    }
   }
   std::printf("#\n");
   std::fflush(stdout);
@@ -589,8 +695,7 @@ double Runner::timeOps(const Case& c, const void* send, void* recv, size_t count
   return sec;
 }
 
-int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Counts& k,
-                          const void* send_c, void* recv_v, char* base) {
+int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Counts& k) {
   const TypeInfo& t = *c.type;
   const int n = ctx_.nranks;
   const int rank = ctx_.rank;
@@ -599,16 +704,23 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
   uint64_t seed = mix64(size * 131 + (in_place ? 7 : 0) + static_cast<uint64_t>(t.type) * 1009 +
                         static_cast<uint64_t>(c.op) * 10007 + static_cast<uint64_t>(c.root + 1));
   Pattern p(t, c.op, n, seed);
-  char* send = const_cast<char*>(static_cast<const char*>(send_c));
-  char* recv = static_cast<char*>(recv_v);
+  // Inputs and results live in the host buffers; with --mem device the
+  // operation runs on the device buffers, uploaded before and downloaded after.
+  char* send = hostSendPtr(in_place, k);
+  char* recv = hostRecvPtr(in_place, k);
   if (in_place) {
     size_t extent = std::max(k.send + k.send_inplace * rank, k.recv + k.recv_inplace * rank);
-    fillGarbage(t, base, extent);
+    fillGarbage(t, buf_.recv, extent);
+    fillSend(red, p, t, rank, send, k.send);
+    upload(buf_.recv, 0, extent * t.size);  // the send extent lies inside
   } else {
     fillGarbage(t, recv, k.recv);
+    fillSend(red, p, t, rank, send, k.send);
+    upload(buf_.send, 0, k.send * t.size);
+    upload(buf_.recv, 0, k.recv * t.size);
   }
-  fillSend(red, p, t, rank, send, k.send);
-  launch(c, ctx_, send, recv, k.param);
+  launch(c, ctx_, sendPtr(in_place, k), recvPtr(in_place, k), k.param);
+  download(buf_.recv, recvOffset(in_place, k), k.recv * t.size);
 
   int64_t wrong = 0;
   const size_t cnt = k.param;
@@ -761,7 +873,51 @@ void Runner::destroyCompressor(CompressCall* z) {
 
 void Runner::prepareCompressedData(bool in_place, const Counts& k) {
   fillGradient(reinterpret_cast<float*>(buf_.send), k.send, ctx_.rank, 0x5EED);
-  if (in_place) std::memcpy(buf_.recv, buf_.send, k.send * elem_);
+  upload(buf_.send, 0, k.send * elem_);
+  if (in_place) {
+    std::memcpy(buf_.recv, buf_.send, k.send * elem_);
+    upload(buf_.recv, 0, k.send * elem_);
+  }
+}
+
+void Runner::copyOrFail(void* dst, const void* src, size_t bytes) {
+  ncclResult_t res = mem_.memcpy(dst, src, bytes);
+  if (res != ncclSuccess) ncclFailed("tuttiMemcpy", res);
+}
+
+void Runner::upload(char* host, size_t off, size_t bytes) {
+  if (!device_ || bytes == 0) return;
+  char* dev = host == buf_.send ? buf_.dev_send : buf_.dev_recv;
+  copyOrFail(dev + off, host + off, bytes);
+}
+
+void Runner::download(char* host, size_t off, size_t bytes) {
+  if (!device_ || bytes == 0) return;
+  const char* dev = host == buf_.send ? buf_.dev_send : buf_.dev_recv;
+  copyOrFail(host + off, dev + off, bytes);
+}
+
+int Runner::allocDeviceBuffers() {
+  void* s = nullptr;
+  void* r = nullptr;
+  ncclResult_t res = ncclMemAlloc(&s, buf_.bytes);
+  if (res == ncclSuccess) {
+    buf_.dev_send = static_cast<char*>(s);
+    res = ncclMemAlloc(&r, buf_.bytes);
+    buf_.dev_recv = static_cast<char*>(r);
+  }
+  if (res != ncclSuccess) {
+    const char* last = ncclGetLastError(nullptr);
+    std::fprintf(stderr,
+                 "tutti-perf: rank %d: --mem device: ncclMemAlloc of %zu bytes failed: %s%s%s\n",
+                 ctx_.rank, buf_.bytes, ncclGetErrorString(res), (last && *last) ? ": " : "",
+                 last ? last : "");
+    return kExitError;
+  }
+  // Start from the same (zeroed) contents as the host buffers.
+  upload(buf_.send, 0, buf_.bytes);
+  upload(buf_.recv, 0, buf_.bytes);
+  return kExitOk;
 }
 
 void Runner::printWireRatio(const CompressCall& z, size_t bytes) {
@@ -839,7 +995,7 @@ void Runner::runCase(const Case& c0) {
         const double busbw = algbw * factor;
         const bool check = opts_.check && (!in_place || in_place_defined);
         int64_t wrong = 0;
-        if (check) wrong = checkOnce(c, size, in_place, k, send, recv, buf_.recv);
+        if (check) wrong = checkOnce(c, size, in_place, k);
         if (wrong > 0) ++failed_results_;
         bw_sum_ += busbw;
         ++bw_count_;
@@ -874,6 +1030,20 @@ void Runner::runCase(const Case& c0) {
 
 int Runner::run() {
   const int n = ctx_.nranks;
+  if (device_) {
+    std::string error;
+    if (!loadMemApi(&mem_, &error)) {
+      if (ctx_.rank == 0) std::fprintf(stderr, "tutti-perf: --mem device: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    backend_ = mem_.backendName();
+    if (backend_ == nullptr) {
+      const char* last = ncclGetLastError(nullptr);
+      std::fprintf(stderr, "tutti-perf: rank %d: --mem device: tutti's device backend: %s\n",
+                   ctx_.rank, last && *last ? last : "cannot be loaded");
+      return kExitError;
+    }
+  }
   printDevices();
 
   std::vector<int> roots;
@@ -920,6 +1090,10 @@ int Runner::run() {
   }
   std::memset(buf_.send, 0, buf_.bytes);
   std::memset(buf_.recv, 0, buf_.bytes);
+  if (device_) {
+    const int rc = allocDeviceBuffers();
+    if (rc != kExitOk) return rc;
+  }
 
   printHeader();
   for (const TypeInfo* t : opts_.types) {
@@ -961,6 +1135,14 @@ int Runner::run() {
 
 }  // namespace
 
+bool checkLibrarySupport(const Options& opts, std::string* error) {
+  if (opts.mem != Mem::kDevice) return true;
+  MemApi api;
+  if (loadMemApi(&api, error)) return true;
+  *error = "--mem device: " + *error;
+  return false;
+}
+
 void printPreamble(const Options& opts, int nranks) {
   int lib = 0;
   ncclGetVersion(&lib);
@@ -981,6 +1163,12 @@ void printPreamble(const Options& opts, int nranks) {
       factor ? "factor" : "bytes", opts.warmup_iters, opts.iters, opts.agg_iters, opts.check);
   if (opts.blocking) {
     std::printf("# Blocking Enabled: wait for completion and barrier after each collective\n");
+  }
+  if (opts.mem == Mem::kDevice) {
+    std::printf(
+        "# Memory: %s: operations run on ncclMemAlloc'd memory of tutti's backend; inputs are "
+        "uploaded and results downloaded with tuttiMemcpy outside the timed loop\n",
+        memName(opts.mem));
   }
   if (opts.compress != Compress::kOff) {
     std::printf("# Compression: %s", compressName(opts.compress));

@@ -3,11 +3,14 @@
 // on stdout.
 //
 // Contract: runBenchmark is collective (every rank calls it with the same
-// options) and blocks until the sweep is done. Buffers are host memory and
-// every operation uses the NULL stream, so each call completes before it
-// returns. A failing NCCL call is reported on stderr and ends the process
-// (exit code 3) after aborting the communicator, so that peers notice.
+// options) and blocks until the sweep is done. Buffers are host memory (or,
+// with --mem device, ncclMemAlloc'd memory that only tutti touches, with host
+// shadows for inputs and checks) and every operation uses the NULL stream, so
+// each call completes before it returns. A failing NCCL call is reported on stderr and ends the
+// process (exit code 3) after aborting the communicator, so that peers notice.
 #pragma once
+
+#include <string>
 
 #include "nccl.h"
 #include "options.h"
@@ -28,6 +31,10 @@ constexpr int kExitUsage = 2;
 constexpr int kExitError = 3;
 constexpr int kExitTimeout = 124;
 
+// Whether the library in use provides what the options need from tutti
+// beyond NCCL (--mem device: tuttiMemcpy, tuttiBackendName); false with
+// *error set if not. Calls nothing in the library: safe before fork.
+bool checkLibrarySupport(const Options& opts, std::string* error);
 // Prints the preamble (rank 0 only; call before the communicator exists).
 void printPreamble(const Options& opts, int nranks);
 // Returns kExitOk, or kExitWrongResults when any result was wrong (or the

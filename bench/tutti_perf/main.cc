@@ -25,6 +25,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tutti-perf: %s\n", error.c_str());
     return kExitUsage;
   }
+  // Before any rank starts: what the flags need from tutti (each rank checks
+  // again when it runs). Under a launcher, rank 0 says why.
+  if (!checkLibrarySupport(opts, &error)) {
+    if (env.rank == 0) std::fprintf(stderr, "tutti-perf: %s\n", error.c_str());
+    return kExitUsage;
+  }
   if (env.kind == LaunchEnv::Kind::kLocal) return runForked(opts);
   return runLaunched(opts, env);
 }

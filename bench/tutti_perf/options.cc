@@ -43,13 +43,14 @@ std::string squash(const std::string& s) {
 constexpr int kOptNp = 256;
 constexpr int kOptCompress = 257;
 constexpr int kOptPowerSgdRank = 258;
+constexpr int kOptMem = 259;
 
 const struct {
   Compress kind;
   const char* name;
 } kCompressNames[] = {
-    {Compress::kNone, "none"},     {Compress::kFp16, "fp16"},         {Compress::kBf16, "bf16"},
-    {Compress::kOneBit, "1bit"},   {Compress::kPowerSGD, "powersgd"},
+    {Compress::kNone, "none"},   {Compress::kFp16, "fp16"},         {Compress::kBf16, "bf16"},
+    {Compress::kOneBit, "1bit"}, {Compress::kPowerSGD, "powersgd"},
 };
 
 bool parseCompress(const char* text, Compress* out) {
@@ -89,6 +90,7 @@ const option kLongOpts[] = {
     {"compress", required_argument, nullptr, kOptCompress},
     {"powersgd-rank", required_argument, nullptr, kOptPowerSgdRank},
     {"powersgd_rank", required_argument, nullptr, kOptPowerSgdRank},
+    {"mem", required_argument, nullptr, kOptMem},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
 };
@@ -105,6 +107,8 @@ const char* compressName(Compress c) {
   }
   return "off";
 }
+
+const char* memName(Mem m) { return m == Mem::kDevice ? "device" : "host"; }
 
 const CollInfo* findColl(const std::string& name) {
   std::string key = squash(name);
@@ -148,9 +152,15 @@ void printUsage(const char* prog) {
       "  -C, --report_cputime <0/1>  accepted; times are host wall-clock times\n"
       "      --np <n>                ranks to start on this host when not under a launcher "
       "(default 2)\n"
-      "      --compress <kind>       all_reduce through tuttiAllReduceCompressed: none, fp16, bf16,\n"
+      "      --compress <kind>       all_reduce through tuttiAllReduceCompressed: none, fp16, "
+      "bf16,\n"
       "                              1bit or powersgd (float, sum/avg only; tutti only)\n"
       "      --powersgd-rank <r>     PowerSGD rank (default 4)\n"
+      "      --mem <host|device>     buffers the operations run on (default host). device:\n"
+      "                              ncclMemAlloc'd memory of tutti's backend\n"
+      "                              (TUTTI_BACKEND_PLUGIN); inputs and checks go through\n"
+      "                              host copies and tuttiMemcpy, outside the timed loop\n"
+      "                              (tutti only)\n"
       "  -h, --help                  this text\n"
       "\n"
       "Under torchrun, mpirun or srun every launched process is one rank and --np is\n"
@@ -269,6 +279,15 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
       case kOptCompress:
         if (!parseCompress(optarg, &opts->compress))
           return bad(c, optarg, "none, fp16, bf16, 1bit or powersgd");
+        break;
+      case kOptMem:
+        if (std::strcmp(optarg, "host") == 0) {
+          opts->mem = Mem::kHost;
+        } else if (std::strcmp(optarg, "device") == 0) {
+          opts->mem = Mem::kDevice;
+        } else {
+          return bad(c, optarg, "host or device");
+        }
         break;
       case kOptPowerSgdRank:
         if (!parseLong(optarg, 1, 1 << 16, &v)) return bad(c, optarg, "an integer from 1 to 65536");

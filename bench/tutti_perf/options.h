@@ -41,6 +41,13 @@ enum class Compress { kOff, kNone, kFp16, kBf16, kOneBit, kPowerSGD };
 // "none", "fp16", "bf16", "1bit", "powersgd" ("off" for kOff).
 const char* compressName(Compress c);
 
+// --mem: where the buffers the collectives run on live (docs/tutti-perf.md).
+// kDevice: ncclMemAlloc'd memory of tutti's process backend, with host shadow
+// buffers for the inputs and the checks, copied with tuttiMemcpy (tutti only).
+enum class Mem { kHost, kDevice };
+// "host", "device".
+const char* memName(Mem m);
+
 struct Options {
   const CollInfo* coll = nullptr;
   size_t min_bytes = size_t{32} << 20;
@@ -62,6 +69,7 @@ struct Options {
   std::vector<Op> ops;
   Compress compress = Compress::kOff;  // kOff: plain ncclAllReduce
   int powersgd_rank = 4;
+  Mem mem = Mem::kHost;
 };
 
 enum class ParseResult { kOk, kHelp, kError };

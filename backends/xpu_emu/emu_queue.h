@@ -1,0 +1,82 @@
+// xpu_emu: queues (the emulated device's streams) and events.
+//
+// Contract:
+// - A Queue owns one worker thread that runs submitted commands one at a time
+//   in submission order (copies, kernels, event records, event waits). submit()
+//   never blocks on the device; it returns the command's sequence number.
+//   waitFor(seq) blocks until that command (and so all earlier ones) has run;
+//   synchronize() waits for everything submitted so far.
+// - retire() asks the worker to exit once the queue is empty (queueDestroy does
+//   not wait); join() waits for that. The destructor retires and joins, so
+//   destroying a Queue drains it.
+// - An Event counts records: record() hands out a new mark, and the command
+//   enqueued with it calls complete(mark) when the queue reaches it. The event
+//   is done when its newest mark has completed (never recorded: done). wait()
+//   targets the newest mark at the time of the call, as cudaStreamWaitEvent
+//   does; marks are tracked one by one, so re-recording on another queue that
+//   finishes first does not release a wait on the older mark. Events are
+//   shared (std::shared_ptr) by the commands that use them, so destroying an
+//   event lets pending records complete normally.
+// - Commands must not throw; everything here is thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace xpu_emu {
+
+class Queue {
+ public:
+  explicit Queue(int device);  // starts the worker (may throw std::system_error)
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+  ~Queue();
+
+  int device() const { return device_; }
+  uint64_t submit(std::function<void()> cmd);  // may throw std::bad_alloc
+  void waitFor(uint64_t seq);
+  void synchronize();
+  void retire();
+  bool exited();  // the worker has left after retire()
+  void join();
+
+ private:
+  void run();
+
+  const int device_;
+  std::mutex mu_;
+  std::condition_variable wake_;  // worker: work arrived or retire
+  std::condition_variable done_;  // waiters: a command finished
+  std::deque<std::function<void()>> pending_;
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
+  bool retiring_ = false;
+  bool exited_ = false;
+  std::thread worker_;
+};
+
+class Event {
+ public:
+  explicit Event(int device) : device_(device) {}
+  int device() const { return device_; }
+  uint64_t newMark();             // record: the mark the queue will complete
+  void complete(uint64_t mark);   // run by the queue when it reaches the mark
+  uint64_t latestMark();          // what a wait issued now has to wait for
+  bool reached(uint64_t mark);    // mark completed (mark 0: always)
+  bool done();                    // the newest mark has completed
+  void waitUntil(uint64_t mark);  // blocks until reached(mark)
+
+ private:
+  const int device_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t recorded_ = 0;           // newest mark handed out
+  std::set<uint64_t> outstanding_;  // marks handed out and not completed yet
+};
+
+}  // namespace xpu_emu

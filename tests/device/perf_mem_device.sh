@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One tutti-perf run on device memory (--mem device, docs/tutti-perf.md):
+# passes when it exits 0, reports no wrong results, and its device header
+# says every rank used <backend>'s device memory (so a backend that silently
+# fell back elsewhere fails).
+#
+# usage: perf_mem_device.sh <backend> <path to tutti-perf> <tutti-perf args...>
+#   <backend> "cpu" runs with TUTTI_BACKEND_PLUGIN unset (the built-in CPU
+#   backend); any other name is expected to be set in TUTTI_BACKEND_PLUGIN.
+set -u
+
+backend=${1:?usage: perf_mem_device.sh <backend> <tutti-perf> <args...>}
+perf=${2:?usage: perf_mem_device.sh <backend> <tutti-perf> <args...>}
+shift 2
+if [[ ! -x $perf ]]; then
+  echo "perf_mem_device: '$perf' is not an executable" >&2
+  exit 2
+fi
+if [[ $backend == cpu ]]; then
+  unset TUTTI_BACKEND_PLUGIN
+elif [[ ${TUTTI_BACKEND_PLUGIN:-} != "$backend" ]]; then
+  echo "perf_mem_device: TUTTI_BACKEND_PLUGIN='${TUTTI_BACKEND_PLUGIN:-}', expected '$backend'" >&2
+  exit 2
+fi
+
+out=$("$perf" "$@" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+fail=""
+if [[ $rc -ne 0 ]]; then
+  fail="exit code $rc"
+elif ! grep -q "^# Out of bounds values : 0 OK" <<<"$out"; then
+  fail="no '# Out of bounds values : 0 OK' line"
+else
+  ranks=$(grep -c "^#  Rank .* device .*\[$backend\] $backend device memory$" <<<"$out")
+  all=$(grep -c "^#  Rank " <<<"$out")
+  if [[ $all -eq 0 || $ranks -ne $all ]]; then
+    fail="$ranks of $all ranks report '[$backend] $backend device memory'"
+  fi
+fi
+if [[ -n $fail ]]; then
+  echo "perf_mem_device: FAIL ($fail): $perf $*"
+  exit 1
+fi
+echo "perf_mem_device: ok ($backend): $perf $*"
