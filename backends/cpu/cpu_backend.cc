@@ -23,38 +23,6 @@ ncclResult_t failWith(ncclResult_t rc, std::string msg) {
 
 bool validType(int32_t dt) { return dt >= ncclInt8 && dt <= ncclFloat8e5m2; }
 
-// The scalar of PREMULSUM, read from one element of its datatype.
-double scalarValue(const void* p, int32_t dt) {
-  switch (dt) {
-    case ncclInt8:
-      return *static_cast<const int8_t*>(p);
-    case ncclUint8:
-      return *static_cast<const uint8_t*>(p);
-    case ncclInt32:
-      return *static_cast<const int32_t*>(p);
-    case ncclUint32:
-      return *static_cast<const uint32_t*>(p);
-    case ncclInt64:
-      return static_cast<double>(*static_cast<const int64_t*>(p));
-    case ncclUint64:
-      return static_cast<double>(*static_cast<const uint64_t*>(p));
-    case ncclFloat16:
-      return halfToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat32:
-      return *static_cast<const float*>(p);
-    case ncclFloat64:
-      return *static_cast<const double*>(p);
-    case ncclBfloat16:
-      return bf16ToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat8e4m3:
-      return fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
-    case ncclFloat8e5m2:
-      return fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
-    default:
-      return 0;
-  }
-}
-
 ncclResult_t cpuInit(const tuttiBackendHost_v1*, void** ctx) {
   *ctx = nullptr;
   return ncclSuccess;
@@ -283,6 +251,37 @@ tuttiBackendPlugin_v1 makeTable() {
 }
 
 }  // namespace
+
+double scalarValue(const void* p, int32_t dt) {
+  switch (dt) {
+    case ncclInt8:
+      return *static_cast<const int8_t*>(p);
+    case ncclUint8:
+      return *static_cast<const uint8_t*>(p);
+    case ncclInt32:
+      return *static_cast<const int32_t*>(p);
+    case ncclUint32:
+      return *static_cast<const uint32_t*>(p);
+    case ncclInt64:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+    case ncclUint64:
+      return static_cast<double>(*static_cast<const uint64_t*>(p));
+    case ncclFloat16:
+      return halfToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat32:
+      return *static_cast<const float*>(p);
+    case ncclFloat64:
+      return *static_cast<const double*>(p);
+    case ncclBfloat16:
+      return bf16ToFloat(*static_cast<const uint16_t*>(p));
+    case ncclFloat8e4m3:
+      return fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
+    case ncclFloat8e5m2:
+      return fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
+    default:
+      return 0;
+  }
+}
 
 const tuttiBackendPlugin_v1* backendPlugin() {
   static const tuttiBackendPlugin_v1 table = makeTable();

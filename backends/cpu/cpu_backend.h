@@ -18,4 +18,8 @@ namespace tutti::cpu {
 // The table; static, valid for the life of the process.
 const tuttiBackendPlugin_v1* backendPlugin();
 
+// One element of datatype dt (an ncclDataType_t value) at p as a double: how
+// PreMulSum scalars are read (0 for an unknown datatype).
+double scalarValue(const void* p, int32_t dt);
+
 }  // namespace tutti::cpu

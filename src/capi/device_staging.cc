@@ -9,11 +9,12 @@ namespace tutti::capi {
 
 using algo::Collective;
 
-void ioBytes(const StageOp& o, size_t* sendBytes, size_t* recvBytes) {
-  const size_t blk = o.count * o.elemSize, all = blk * static_cast<size_t>(o.nranks);
-  const bool root = o.rank == o.root;
+void ioBytes(Collective coll, size_t count, size_t elemSize, int rank, int nranks, int rootRank,
+             size_t* sendBytes, size_t* recvBytes) {
+  const size_t blk = count * elemSize, all = blk * static_cast<size_t>(nranks);
+  const bool root = rank == rootRank;
   size_t s = blk, r = blk;
-  switch (o.coll) {
+  switch (coll) {
     case Collective::kAllReduce:
       break;
     case Collective::kBroadcast:
@@ -81,7 +82,7 @@ Status DeviceStaging::stageIn(std::vector<StageOp>& ops, PinnedBuffer* pinned) {
   size_t total = 0;
   for (StageOp& o : ops) {
     Plan p{&o, 0, 0, false, false, {}};
-    ioBytes(o, &p.sendBytes, &p.recvBytes);
+    ioBytes(o.coll, o.count, o.elemSize, o.rank, o.nranks, o.root, &p.sendBytes, &p.recvBytes);
     p.sendDev = p.sendBytes && *o.send && be_->isDevice(*o.send);
     p.recvDev = p.recvBytes && *o.recv && be_->isDevice(*o.recv);
     if (o.stream) addStream(o.stream);

@@ -65,8 +65,10 @@ class DeviceStaging {
 };
 
 // Bytes of an operation's send and receive buffers that this rank reads and
-// writes (0 where the rank does not use the buffer).
-void ioBytes(const StageOp& o, size_t* sendBytes, size_t* recvBytes);
+// writes (0 where the rank does not use the buffer); count as passed to the
+// API, root the root or peer.
+void ioBytes(algo::Collective coll, size_t count, size_t elemSize, int rank, int nranks, int root,
+             size_t* sendBytes, size_t* recvBytes);
 
 // Frees a communicator's pinned staging memory.
 void freePinned(core::Backend* backend, PinnedBuffer* pinned);

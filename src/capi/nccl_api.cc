@@ -14,7 +14,7 @@
 #include "algo/cost_model.h"
 #include "algo/schedule.h"
 #include "backends/cpu/codec_kernels.h"
-#include "backends/cpu/float_formats.h"
+#include "backends/cpu/cpu_backend.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
@@ -143,38 +143,6 @@ ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
   return ncclSuccess;
 }
 
-double readScalar(const void* p, int dt) {
-  using namespace tutti;
-  switch (dt) {
-    case ncclInt8:
-      return *static_cast<const int8_t*>(p);
-    case ncclUint8:
-      return *static_cast<const uint8_t*>(p);
-    case ncclInt32:
-      return *static_cast<const int32_t*>(p);
-    case ncclUint32:
-      return *static_cast<const uint32_t*>(p);
-    case ncclInt64:
-      return static_cast<double>(*static_cast<const int64_t*>(p));
-    case ncclUint64:
-      return static_cast<double>(*static_cast<const uint64_t*>(p));
-    case ncclFloat16:
-      return cpu::halfToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat32:
-      return *static_cast<const float*>(p);
-    case ncclFloat64:
-      return *static_cast<const double*>(p);
-    case ncclBfloat16:
-      return cpu::bf16ToFloat(*static_cast<const uint16_t*>(p));
-    case ncclFloat8e4m3:
-      return cpu::fp8E4M3ToFloat(*static_cast<const uint8_t*>(p));
-    case ncclFloat8e5m2:
-      return cpu::fp8E5M2ToFloat(*static_cast<const uint8_t*>(p));
-    default:
-      return 0;
-  }
-}
-
 algo::ReduceSpec makeSpec(ncclComm* comm, int dt, int op) {
   algo::ReduceSpec s;
   s.dt = static_cast<tutti::DataType>(dt);
@@ -199,9 +167,9 @@ algo::ReduceSpec makeSpec(ncclComm* comm, int dt, int op) {
       uint64_t raw = 0;
       Status st = comm->backend->copy(&raw, u.ptr, tutti::dataTypeSize(s.dt));
       if (!st) TUTTI_WARN("reading the PreMulSum scalar: {} (using 0)", st.message());
-      s.scalar = readScalar(&raw, u.dt);
+      s.scalar = tutti::cpu::scalarValue(&raw, u.dt);
     } else {
-      s.scalar = readScalar(u.ptr, u.dt);
+      s.scalar = tutti::cpu::scalarValue(u.ptr, u.dt);
     }
   }
   return s;
@@ -282,32 +250,12 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
     return fail(ncclInvalidArgument,
                 fmt::format("{}: count {} overflows the address space", fn, count), comm);
   if (count > 0) {
-    bool needSend = true, needRecv = true;
-    switch (coll) {
-      case Collective::kBroadcast:
-        needSend = r == root;
-        break;
-      case Collective::kReduce:
-        needRecv = r == root;
-        break;
-      case Collective::kGather:
-        needRecv = r == root;
-        break;
-      case Collective::kScatter:
-        needSend = r == root;
-        break;
-      case Collective::kSend:
-        needRecv = false;
-        break;
-      case Collective::kRecv:
-        needSend = false;
-        break;
-      default:
-        break;
-    }
-    if (needSend && !send)
+    // The buffers this rank uses (a broadcast's non-root sends nothing, ...).
+    size_t sendBytes = 0, recvBytes = 0;
+    tutti::capi::ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
+    if (sendBytes && !send)
       return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
-    if (needRecv && !recv)
+    if (recvBytes && !recv)
       return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
   }
   TUTTI_INFO(tutti::log::kColl,
@@ -651,17 +599,13 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
   if (!backend)
     return fail(static_cast<ncclResult_t>(backend.status().code()),
                 std::string(fn) + ": " + backend.status().message());
-  int device = 0;
-  if (!backend.value()->hostOnly()) {
-    auto d = backend.value()->currentDevice();
-    if (!d)
-      return fail(static_cast<ncclResult_t>(d.status().code()),
-                  std::string(fn) + ": " + d.status().message());
-    device = d.value();
-  }
+  auto device = backend.value()->currentDevice();  // the CPU backend's is always 0
+  if (!device)
+    return fail(static_cast<ncclResult_t>(device.status().code()),
+                std::string(fn) + ": " + device.status().message());
   auto* c = new ncclComm();
   c->backend = backend.value();
-  c->device = device;
+  c->device = device.value();
   c->nranks = nranks;
   c->rank = rank;
   c->id = parsed.value();
@@ -1019,8 +963,9 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpCreatePreMulSum: invalid scalar residence {}", where),
                   comm);
-    ncclComm::UserOp u{true, dt, where, scalar,
-                       where == ncclScalarHostImmediate ? readScalar(scalar, dt) : 0.0};
+    ncclComm::UserOp u{
+        true, dt, where, scalar,
+        where == ncclScalarHostImmediate ? tutti::cpu::scalarValue(scalar, dt) : 0.0};
     size_t idx = 0;
     while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
     if (idx == comm->userOps.size())
@@ -1062,13 +1007,9 @@ TUTTI_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     // current device, or page-aligned host memory on the CPU backend.
     auto backend = core::processBackend();
     if (!backend) return fromStatus(backend.status().withContext("ncclMemAlloc"), nullptr);
-    int device = 0;
-    if (!backend.value()->hostOnly()) {
-      auto d = backend.value()->currentDevice();
-      if (!d) return fromStatus(d.status().withContext("ncclMemAlloc"), nullptr);
-      device = d.value();
-    }
-    auto p = backend.value()->alloc(device, size);
+    auto device = backend.value()->currentDevice();  // the CPU backend's is always 0
+    if (!device) return fromStatus(device.status().withContext("ncclMemAlloc"), nullptr);
+    auto p = backend.value()->alloc(device.value(), size);
     if (!p)
       return fromStatus(p.status().withContext(fmt::format("ncclMemAlloc of {} bytes", size)),
                         nullptr);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -406,12 +407,6 @@ Status Backend::castScaled(void* dst, int dstType, const void* src, int srcType,
       });
 }
 
-size_t signWireBytes(size_t count) {
-  const size_t full = count / TUTTI_PLUGIN_SIGN_BLOCK, rest = count % TUTTI_PLUGIN_SIGN_BLOCK;
-  return full * (sizeof(float) + TUTTI_PLUGIN_SIGN_BLOCK / 8) +
-         (rest ? sizeof(float) + (rest + 7) / 8 : 0);
-}
-
 Status Backend::pack1bit(const float* src, float* error, void* wire, size_t count, Queue q) {
   if (t_->pack1bit) {
     ncclResult_t rc = t_->pack1bit(ctx_, src, error, wire, count, q);
@@ -420,7 +415,7 @@ Status Backend::pack1bit(const float* src, float* error, void* wire, size_t coun
   }
   noteFallback(kPack, "pack1bit");
   std::vector<Operand> ops = {{src, count * 4, true, false},
-                              {wire, signWireBytes(count), false, true}};
+                              {wire, cpu::wireBytes(cpu::WireFormat::kSign, count), false, true}};
   if (error) ops.push_back({error, count * 4, true, true});
   return runOnHost(this, ops, q, [&](auto hostOf) {
     return cpu::backendPlugin()->pack1bit(nullptr, static_cast<const float*>(hostOf(src)),
@@ -436,12 +431,14 @@ Status Backend::unpack1bit(float* dst, const void* wire, size_t count, bool accu
     if (rc != ncclInvalidArgument) return error(rc, "unpack1bit");
   }
   noteFallback(kUnpack, "unpack1bit");
-  return runOnHost(
-      this, {{wire, signWireBytes(count), true, false}, {dst, count * 4, accumulate, true}}, q,
-      [&](auto hostOf) {
-        return cpu::backendPlugin()->unpack1bit(nullptr, static_cast<float*>(hostOf(dst)),
-                                                hostOf(wire), count, accumulate ? 1 : 0, nullptr);
-      });
+  return runOnHost(this,
+                   {{wire, cpu::wireBytes(cpu::WireFormat::kSign, count), true, false},
+                    {dst, count * 4, accumulate, true}},
+                   q, [&](auto hostOf) {
+                     return cpu::backendPlugin()->unpack1bit(
+                         nullptr, static_cast<float*>(hostOf(dst)), hostOf(wire), count,
+                         accumulate ? 1 : 0, nullptr);
+                   });
 }
 
 Status Backend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,

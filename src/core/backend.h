@@ -123,7 +123,4 @@ class Backend {
 // what failed; it is returned again on every later call.
 Result<Backend*> processBackend();
 
-// Bytes of the 1-bit wire format for count floats (pack1bit's output).
-size_t signWireBytes(size_t count);
-
 }  // namespace tutti::core

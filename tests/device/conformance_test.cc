@@ -21,14 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/float_formats.h"
 #include "core/backend.h"
 #include "core/types.h"
+#include "tests/device/element_data.h"
 
 namespace tutti {
 namespace {
 
 using core::Backend;
+using devtest::firstMismatch;
 
 std::vector<std::string> backendNames() {
   const char* env = getenv("TUTTI_CONFORMANCE_BACKENDS");
@@ -76,52 +79,6 @@ class DevBuf {
   size_t bytes_;
   void* ptr_ = nullptr;
 };
-
-// Equal bytes, element by element, where two NaNs of a floating type match.
-bool isNan(const uint8_t* p, int dt) {
-  switch (dt) {
-    case ncclFloat16: {
-      uint16_t v;
-      memcpy(&v, p, 2);
-      return std::isnan(cpu::halfToFloat(v));
-    }
-    case ncclBfloat16: {
-      uint16_t v;
-      memcpy(&v, p, 2);
-      return std::isnan(cpu::bf16ToFloat(v));
-    }
-    case ncclFloat32: {
-      float v;
-      memcpy(&v, p, 4);
-      return std::isnan(v);
-    }
-    case ncclFloat64: {
-      double v;
-      memcpy(&v, p, 8);
-      return std::isnan(v);
-    }
-    case ncclFloat8e4m3:
-      return std::isnan(cpu::fp8E4M3ToFloat(*p));
-    case ncclFloat8e5m2:
-      return std::isnan(cpu::fp8E5M2ToFloat(*p));
-    default:
-      return false;
-  }
-}
-
-// Index of the first differing element, or -1.
-long firstMismatch(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, int dt,
-                   size_t es) {
-  if (got.size() != want.size()) return 0;
-  for (size_t i = 0; i * es < got.size(); ++i) {
-    const uint8_t* g = &got[i * es];
-    const uint8_t* w = &want[i * es];
-    if (memcmp(g, w, es) == 0) continue;
-    if (isNan(g, dt) && isNan(w, dt)) continue;
-    return static_cast<long>(i);
-  }
-  return -1;
-}
 
 // Random elements of a datatype, with special values sprinkled in (floats:
 // +-0, +-inf, NaN, subnormals, values near the narrow formats' limits).
@@ -293,7 +250,7 @@ TEST_P(Conformance, ReduceEveryTypeAndOperator) {
             ASSERT_TRUE(be_->sync(nullptr).isOk());
             const size_t off = static_cast<uint8_t*>(devDst) - dev.at<uint8_t>(0);
             std::vector<uint8_t> got = dev.download(bytes, off);
-            long bad = firstMismatch(got, want, dt, es);
+            long bad = firstMismatch(dt, got, want, want.size() / es);
             ASSERT_EQ(bad, -1) << "first differing element " << bad;
             ++checked;
           }
@@ -322,7 +279,7 @@ TEST_P(Conformance, CastScaled) {
         ASSERT_TRUE(
             ref_->castScaled(want.data(), t, in.data(), ncclFloat32, count, scale, nullptr).isOk());
         ASSERT_TRUE(be_->sync(nullptr).isOk());
-        ASSERT_EQ(firstMismatch(dst.download(count * 2, 2), want, t, 2), -1);
+        ASSERT_EQ(firstMismatch(t, dst.download(count * 2, 2), want, want.size() / 2), -1);
         // narrow -> fp32
         std::vector<uint8_t> nin = randomData(t, count, rng, true);
         src.upload(nin.data(), count * 2, 2);
@@ -333,7 +290,8 @@ TEST_P(Conformance, CastScaled) {
             ref_->castScaled(wantF.data(), ncclFloat32, nin.data(), t, count, scale, nullptr)
                 .isOk());
         ASSERT_TRUE(be_->sync(nullptr).isOk());
-        ASSERT_EQ(firstMismatch(dst.download(count * 4, 4), wantF, ncclFloat32, 4), -1);
+        ASSERT_EQ(firstMismatch(ncclFloat32, dst.download(count * 4, 4), wantF, wantF.size() / 4),
+                  -1);
       }
     }
   }
@@ -345,7 +303,7 @@ TEST_P(Conformance, OneBitPackAndUnpack) {
        {size_t{1}, size_t{7}, size_t{511}, size_t{512}, size_t{513}, size_t{2000}, size_t{4099}}) {
     for (bool feedback : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "count " << count << " feedback " << feedback);
-      const size_t wb = core::signWireBytes(count);
+      const size_t wb = cpu::wireBytes(cpu::WireFormat::kSign, count);
       std::vector<uint8_t> in = randomData(ncclFloat32, count, rng, false);
       std::vector<uint8_t> err = randomData(ncclFloat32, count, rng, false);
       DevBuf dIn(be_.get(), count * 4), dErr(be_.get(), count * 4), dWire(be_.get(), wb),
@@ -362,7 +320,8 @@ TEST_P(Conformance, OneBitPackAndUnpack) {
                       .isOk());
       ASSERT_TRUE(be_->sync(nullptr).isOk());
       ASSERT_EQ(dWire.download(wb), wantWire);
-      ASSERT_EQ(firstMismatch(dErr.download(count * 4), wantErr, ncclFloat32, 4), -1);
+      ASSERT_EQ(firstMismatch(ncclFloat32, dErr.download(count * 4), wantErr, wantErr.size() / 4),
+                -1);
       // Unpack, plain and accumulating onto the input.
       for (bool acc : {false, true}) {
         dOut.upload(in.data(), count * 4);
@@ -372,7 +331,8 @@ TEST_P(Conformance, OneBitPackAndUnpack) {
                                      acc, nullptr)
                         .isOk());
         ASSERT_TRUE(be_->sync(nullptr).isOk());
-        ASSERT_EQ(firstMismatch(dOut.download(count * 4), want, ncclFloat32, 4), -1) << acc;
+        ASSERT_EQ(firstMismatch(ncclFloat32, dOut.download(count * 4), want, want.size() / 4), -1)
+            << acc;
       }
     }
   }
