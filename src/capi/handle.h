@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "capi/device_ipc.h"
 #include "capi/device_staging.h"
 #include "core/backend.h"
 #include "core/comm.h"
@@ -39,6 +40,9 @@ struct ncclComm {
   // Pinned host memory that device buffers are staged through (grown on
   // demand, freed with the communicator; used under impl->mutex()).
   tutti::capi::PinnedBuffer staging;
+  // Collectives on device memory device to device between the processes of
+  // one host (negotiated at init; null when not used).
+  std::unique_ptr<tutti::capi::DeviceIpc> ipc;
 
   struct UserOp {
     bool live = false;
@@ -46,6 +50,7 @@ struct ncclComm {
     int residence;    // ncclScalarResidence_t, validated
     const void* ptr;  // ncclScalarDevice: read at each use
     double value;     // ncclScalarHostImmediate: read at creation
+    uint64_t raw;     // ncclScalarHostImmediate: the scalar's bytes
   };
   std::vector<UserOp> userOps;
   std::unordered_set<void*> registrations;

@@ -495,7 +495,60 @@ void runInit(ncclComm* c) {
     return;
   }
   c->impl = std::move(res.value());
+  bool oneHost = c->nranks >= 2;
+  for (int q = 0; q < c->nranks && oneHost; ++q) oneHost = c->impl->sameHost(q);
+  if (oneHost) {
+    auto ipc = tutti::capi::DeviceIpc::negotiate(c->impl.get(), c->backend, c->device);
+    if (!ipc) {
+      fail(static_cast<ncclResult_t>(ipc.status().code()),
+           fmt::format("ncclCommInitRank: rank {} of {}: device IPC set-up: {}", c->rank, c->nranks,
+                       ipc.status().message()),
+           c);
+      c->impl.reset();
+      c->initState.store(static_cast<int>(ipc.status().code()));
+      return;
+    }
+    c->ipc = std::move(ipc.value());
+  }
   c->initState.store(ncclSuccess);
+}
+
+ncclResult_t runStaged(const std::vector<ncclComm*>& comms,
+                       std::map<ncclComm*, std::vector<const PendingOp*>>& byComm);
+
+// The operation as device_ipc.h takes it.
+tutti::capi::IpcOp ipcOpOf(ncclComm* c, const PendingOp& o) {
+  tutti::capi::IpcOp x{o.coll,  o.send, o.recv,
+                       o.count, o.dt,   tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt)),
+                       o.root};
+  x.stream = o.stream;
+  if (isReducing(o.coll)) {
+    if (o.op < ncclNumOps) {
+      x.reduceOp = o.op;  // ncclSum..ncclAvg equal TUTTI_PLUGIN_OP_SUM..AVG
+    } else {
+      // PreMulSum: each rank scales its own contribution, then they are summed.
+      const auto& u = c->userOps[o.op - ncclNumOps];
+      x.reduceOp = TUTTI_PLUGIN_OP_SUM;
+      if (u.residence == ncclScalarHostImmediate) {
+        x.scalar = &u.raw;
+      } else {
+        x.scalar = u.ptr;  // read when the copy runs (on the device, or here)
+        x.scalarOnDevice = c->backend->isDevice(u.ptr);
+      }
+    }
+  }
+  return x;
+}
+
+Status runIpcOps(ncclComm* c, const std::vector<const PendingOp*>& ops) {
+  tutti::log::setThreadRank(c->rank);
+  for (const PendingOp* o : ops) {
+    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm device-ipc",
+               algo::collectiveName(o->coll), o->count, typeName(o->dt), c->nranks);
+    Status st = c->ipc->run(ipcOpOf(c, *o));
+    if (!st) return st;
+  }
+  return Status();
 }
 
 ncclResult_t groupEndImpl() {
@@ -530,6 +583,49 @@ ncclResult_t groupEndImpl() {
   std::sort(lockOrder.begin(), lockOrder.end());
   std::vector<std::unique_lock<std::mutex>> locks;
   for (ncclComm* c : lockOrder) locks.emplace_back(c->impl->mutex());
+  // Device IPC: a communicator's raw collectives of the agreed size run
+  // device to device (capi/device_ipc.h), in call order; everything else as
+  // below. One communicator with nothing else to run: on this thread.
+  // Otherwise each communicator's on a thread of its own while this thread
+  // drives the rest, as the ranks of one group progress together (one thread
+  // may drive every rank of a communicator).
+  std::vector<std::pair<ncclComm*, std::vector<const PendingOp*>>> ipcWork;
+  for (ncclComm* c : comms) {
+    if (!c->ipc) continue;
+    std::vector<const PendingOp*> viaIpc, rest;
+    for (const PendingOp* o : byComm[c]) {
+      const bool raw = o->wire.format == algo::Wire::kRaw && !o->wireBytes;
+      size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o->dt));
+      (c->ipc->takes(o->coll, o->count, es, raw) ? viaIpc : rest).push_back(o);
+    }
+    if (viaIpc.empty()) continue;
+    byComm[c] = std::move(rest);
+    ipcWork.emplace_back(c, std::move(viaIpc));
+  }
+  std::vector<ncclComm*> staged;
+  for (ncclComm* c : comms)
+    if (!byComm[c].empty()) staged.push_back(c);
+  std::vector<Status> ipcStatus(ipcWork.size());
+  std::vector<std::thread> ipcThreads;
+  if (ipcWork.size() == 1 && staged.empty()) {
+    ipcStatus[0] = runIpcOps(ipcWork[0].first, ipcWork[0].second);
+  } else {
+    for (size_t i = 0; i < ipcWork.size(); ++i)
+      ipcThreads.emplace_back(
+          [&, i] { ipcStatus[i] = runIpcOps(ipcWork[i].first, ipcWork[i].second); });
+  }
+  ncclResult_t rc = staged.empty() ? ncclSuccess : runStaged(staged, byComm);
+  for (auto& t : ipcThreads) t.join();
+  if (rc != ncclSuccess) return rc;
+  for (size_t i = 0; i < ipcWork.size(); ++i)
+    if (!ipcStatus[i]) return fromStatus(ipcStatus[i], ipcWork[i].first);
+  return ncclSuccess;
+}
+
+// The group's operations that run on host memory through the executor (with
+// device buffers staged through pinned host memory), for `comms` (locked).
+ncclResult_t runStaged(const std::vector<ncclComm*>& comms,
+                       std::map<ncclComm*, std::vector<const PendingOp*>>& byComm) {
   // Device buffers: staged through pinned host memory, in stream order.
   std::vector<tutti::capi::DeviceStaging> stagings;
   auto unstage = [&](Status st) {
@@ -634,6 +730,7 @@ void destroyComm(ncclComm* c, bool abort) {
     if (abort) c->impl->abort();
     std::lock_guard<std::mutex> lk(c->impl->mutex());
   }
+  c->ipc.reset();  // before impl: it waits through the communicator's arena
   tutti::capi::freePinned(c->backend, &c->staging);
   c->magic = 0;
   delete c;
@@ -963,9 +1060,14 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpCreatePreMulSum: invalid scalar residence {}", where),
                   comm);
-    ncclComm::UserOp u{
-        true, dt, where, scalar,
-        where == ncclScalarHostImmediate ? tutti::cpu::scalarValue(scalar, dt) : 0.0};
+    ncclComm::UserOp u{true,
+                       dt,
+                       where,
+                       scalar,
+                       where == ncclScalarHostImmediate ? tutti::cpu::scalarValue(scalar, dt) : 0.0,
+                       0};
+    if (where == ncclScalarHostImmediate)
+      memcpy(&u.raw, scalar, tutti::dataTypeSize(static_cast<tutti::DataType>(dt)));
     size_t idx = 0;
     while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
     if (idx == comm->userOps.size())

@@ -46,8 +46,8 @@ uint64_t signatureOf(const OneShotOp& op) {
 std::string describeSignature(uint64_t sig) {
   auto coll = static_cast<Collective>(sig & 0xff);
   auto dt = static_cast<DataType>((sig >> 8) & 0xff);
-  std::string s = fmt::format("{} of {} x {}", algo::collectiveName(coll), sig >> 40,
-                              dataTypeName(dt));
+  std::string s =
+      fmt::format("{} of {} x {}", algo::collectiveName(coll), sig >> 40, dataTypeName(dt));
   if (coll == Collective::kAllReduce || coll == Collective::kReduce ||
       coll == Collective::kReduceScatter)
     s += fmt::format(" op {}", (sig >> 16) & 0xff);
@@ -72,14 +72,15 @@ size_t OneShot::slotBytesFor(Collective coll, size_t count, size_t elemSize, int
   }
 }
 
-Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm) {
+Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotBytes) {
   const int rank = comm->rank(), nranks = comm->nranks();
   if (nranks < 2) return std::unique_ptr<OneShot>();
   bool oneHost = true;
   for (int r = 0; r < nranks; ++r) oneHost = oneHost && comm->sameHost(r);
   if (!oneHost) return std::unique_ptr<OneShot>();  // every rank sees the same hosts
   // Settings may differ between processes: agree on the smallest.
-  int64_t want = params::getInt("TUTTI_ONESHOT_MAX", 32 << 10);
+  int64_t want = fixedSlotBytes ? static_cast<int64_t>(fixedSlotBytes)
+                                : params::getInt("TUTTI_ONESHOT_MAX", 32 << 10);
   if (params::getBool("NCCL_SHM_DISABLE", false)) want = 0;
   want = std::clamp<int64_t>(want, 0, 1 << 20);
   std::vector<int64_t> wants(nranks);
@@ -211,7 +212,8 @@ void OneShot::complete(OneShotOp& op) {
       return;
     }
     case Collective::kAllGather:
-      for (int q = 0; q < nranks_; ++q) memcpy(op.recv + q * n * es, seg_->payload(q, slot), n * es);
+      for (int q = 0; q < nranks_; ++q)
+        memcpy(op.recv + q * n * es, seg_->payload(q, slot), n * es);
       return;
     case Collective::kBroadcast: {
       const uint8_t* src = rank_ == op.root ? op.send : seg_->payload(op.root, slot);
@@ -249,18 +251,20 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
           comm_->describePeer(q), what, seq));
     }
     if (transport::shm::processDead(static_cast<pid_t>(comm_->peer(q).pid))) {
-      return remoteError(fmt::format("{} is gone: its process no longer exists (seen from rank {} "
-                                     "waiting in {}, one-shot path)",
-                                     comm_->describePeer(q), rank_, what));
+      return remoteError(
+          fmt::format("{} is gone: its process no longer exists (seen from rank {} "
+                      "waiting in {}, one-shot path)",
+                      comm_->describePeer(q), rank_, what));
     }
   }
   double secs = std::chrono::duration<double>(idle).count();
   if (waiting.empty() || secs < comm_->timeoutSec()) return Status::ok();
   std::string names;
   for (int q : waiting) names += (names.empty() ? "" : ", ") + comm_->describePeer(q);
-  return remoteError(fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) in {} (one-shot path, "
-                                 "operation {}) waiting on {}",
-                                 secs, what, seq, names));
+  return remoteError(
+      fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) in {} (one-shot path, "
+                  "operation {}) waiting on {}",
+                  secs, what, seq, names));
 }
 
 Status OneShot::run(OneShotOp& op) {

@@ -64,7 +64,10 @@ class OneShot {
   // init). Returns nullptr when the arena is not used: ranks on several
   // hosts, shared memory disabled, TUTTI_ONESHOT_MAX=0 on any rank, or a rank
   // that could not map the segment (logged at INFO; never an error).
-  static Result<std::unique_ptr<OneShot>> create(Comm* comm);
+  // slotBytes > 0 asks for an arena of that slot size whatever
+  // TUTTI_ONESHOT_MAX says (a second arena for a protocol's own control
+  // messages, such as capi/device_ipc.h's barriers).
+  static Result<std::unique_ptr<OneShot>> create(Comm* comm, size_t slotBytes = 0);
 
   // Bytes of this rank's slot the operation needs (0: not an arena collective).
   static size_t slotBytesFor(algo::Collective coll, size_t count, size_t elemSize, int nranks);

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "capi/handle.h"
 #include "core/backend.h"
 #include "inproc/harness.h"
 #include "nccl.h"
@@ -70,6 +72,16 @@ TEST(DeviceBuffers, MemAllocGivesBackendMemory) {
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("dst is NULL"), std::string::npos);
 }
 
+// Whether a communicator of n ranks (threads of this process) should run its
+// collectives device to device (capi/device_ipc.h): a backend with IPC, and
+// TUTTI_DEVICE_IPC not 0 (ctest runs this suite both ways).
+bool ipcExpected(int n) {
+  auto be = core::processBackend();
+  const char* env = getenv("TUTTI_DEVICE_IPC");
+  return n >= 2 && be.isOk() && !be.value()->hostOnly() && be.value()->hasIpc() &&
+         !(env && std::string(env) == "0");
+}
+
 // Every collective, in and out of place, on 1, 2, 3 and 5 ranks.
 class DeviceCollectives : public ::testing::TestWithParam<int> {};
 
@@ -78,6 +90,7 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70000}}) {
     SCOPED_TRACE(::testing::Message() << backendName() << ", " << n << " ranks, count " << count);
     runRanks(n, [&](int r, ncclComm_t comm) {
+      const uint64_t opsBefore = comm->ipc ? comm->ipc->operations() : 0;
       const size_t all = count * n;
       DevInts send(all), recv(all);
       // all-reduce, out of place and in place (sum)
@@ -149,11 +162,84 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
       ASSERT_EQ(ncclRecv(recv.p, count, ncclInt32, (r + n - 1) % n, comm, nullptr), ncclSuccess);
       ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
       EXPECT_EQ(recv.get(count), rankData((r + n - 1) % n, count)) << "send/recv";
+      // a collective and point-to-point in one group (device IPC runs the
+      // collective on a thread of its own while the pair is staged)
+      DevInts pairSend(count), pairRecv(count);
+      send.put(rankData(r, count));
+      pairSend.put(rankData(r, count, count));
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      ASSERT_EQ(ncclAllReduce(send.p, recv.p, count, ncclInt32, ncclSum, comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(ncclSend(pairSend.p, count, ncclInt32, (r + 1) % n, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(ncclRecv(pairRecv.p, count, ncclInt32, (r + n - 1) % n, comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+      got = recv.get(count);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = 0;
+        for (int k = 0; k < n; ++k) want += val(k, i);
+        ASSERT_EQ(got[i], static_cast<int32_t>(want)) << "grouped all-reduce element " << i;
+      }
+      EXPECT_EQ(pairRecv.get(count), rankData((r + n - 1) % n, count, count))
+          << "grouped send/recv";
+      // The path taken: device to device when the backend offers IPC.
+      EXPECT_EQ(comm->ipc != nullptr, ipcExpected(n));
+      // 11 collectives above (none when count is 0; send/recv are staged).
+      if (comm->ipc) {
+        EXPECT_EQ(comm->ipc->operations() - opsBefore, count ? 11u : 0u);
+      }
     });
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectives, ::testing::Values(1, 2, 3, 5));
+
+// One thread drives every rank (ncclCommInitAll, one group over all the
+// communicators): the ranks must progress together, so each communicator's
+// device-to-device collectives run on a thread of their own.
+TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
+  const int n = 3;
+  const size_t count = 50001;
+  std::vector<ncclComm_t> comms(n);
+  auto be = core::processBackend();
+  ASSERT_TRUE(be.isOk()) << be.status().message();
+  auto devices = be.value()->deviceCount();
+  ASSERT_TRUE(devices.isOk() && devices.value() > 0);
+  std::vector<int> devlist(n);
+  for (int r = 0; r < n; ++r) devlist[r] = r % devices.value();  // ranks may share a device
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devlist.data()), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  {
+    std::vector<std::unique_ptr<DevInts>> send, recv;
+    for (int r = 0; r < n; ++r) {
+      send.push_back(std::make_unique<DevInts>(count));
+      recv.push_back(std::make_unique<DevInts>(count * n));
+      send[r]->put(rankData(r, count));
+    }
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(ncclAllReduce(send[r]->p, recv[r]->p, count, ncclInt32, ncclSum, comms[r], nullptr),
+                ncclSuccess);
+      ASSERT_EQ(
+          ncclAllGather(send[r]->p, recv[r]->at(count), count / n, ncclInt32, comms[r], nullptr),
+          ncclSuccess);
+    }
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    for (int r = 0; r < n; ++r) {
+      std::vector<int32_t> got = recv[r]->get(count);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t want = 0;
+        for (int k = 0; k < n; ++k) want += val(k, i);
+        ASSERT_EQ(got[i], static_cast<int32_t>(want)) << "rank " << r << " element " << i;
+      }
+      for (int k = 0; k < n; ++k)
+        EXPECT_EQ(recv[r]->get(count / n, count + k * (count / n)), rankData(k, count / n))
+            << "rank " << r << " all-gather block " << k;
+      EXPECT_EQ(comms[r]->ipc != nullptr, ipcExpected(n));
+    }
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
 
 // The stream passed to a collective orders it: work enqueued earlier on that
 // queue (here: the copy that fills the input) happens before, work enqueued

@@ -7,6 +7,9 @@
 # usage: perf_mem_device.sh <backend> <path to tutti-perf> <tutti-perf args...>
 #   <backend> "cpu" runs with TUTTI_BACKEND_PLUGIN unset (the built-in CPU
 #   backend); any other name is expected to be set in TUTTI_BACKEND_PLUGIN.
+#   PERF_MEM_EXPECT_IPC=1 (0) also requires that every rank's communicator
+#   runs its collectives device to device (that none does), from the
+#   "device IPC:" INFO line of the SHM log subsystem.
 set -u
 
 backend=${1:?usage: perf_mem_device.sh <backend> <tutti-perf> <args...>}
@@ -23,6 +26,10 @@ elif [[ ${TUTTI_BACKEND_PLUGIN:-} != "$backend" ]]; then
   exit 2
 fi
 
+expect_ipc=${PERF_MEM_EXPECT_IPC:-}
+if [[ -n $expect_ipc ]]; then
+  export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=SHM
+fi
 out=$("$perf" "$@" 2>&1)
 rc=$?
 printf '%s\n' "$out"
@@ -36,6 +43,13 @@ else
   all=$(grep -c "^#  Rank " <<<"$out")
   if [[ $all -eq 0 || $ranks -ne $all ]]; then
     fail="$ranks of $all ranks report '[$backend] $backend device memory'"
+  elif [[ -n $expect_ipc ]]; then
+    ipc=$(grep -c "NCCL INFO device IPC: collectives" <<<"$out")
+    if [[ $expect_ipc == 1 && $ipc -ne $all ]]; then
+      fail="$ipc of $all ranks run collectives device to device"
+    elif [[ $expect_ipc == 0 && $ipc -ne 0 ]]; then
+      fail="$ipc ranks run collectives device to device, expected none"
+    fi
   fi
 fi
 if [[ -n $fail ]]; then
