@@ -144,6 +144,9 @@ Status recvFd(int listener, const std::vector<core::PeerInfo>& peers, Clock::tim
   return Status();
 }
 
+// All-reduces up to this size skip the reduce-scatter/all-gather split.
+constexpr size_t kOneShotBytes = 64 << 10;
+
 // Elements of slice j when `count` elements are cut into n near-equal slices.
 void sliceOf(size_t count, int n, int j, size_t* start, size_t* len) {
   const size_t base = count / n, rem = count % n, jj = static_cast<size_t>(j);
@@ -434,6 +437,12 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
         // writes the other buffer, whose last readers (round k-1's gathers)
         // finished before the meeting after round k's reduction.
         if (off == 0) TUTTI_IPC_STEP(copyIn(op, own, send, c));
+        if (count * E <= kOneShotBytes) {
+          // Small: every rank reduces the whole message (the same sources in
+          // the same order, so the same bits everywhere); no gather.
+          local = drained(reduceFrom(op, recv, r, 0, c));
+          break;
+        }
         size_t s0, len;
         sliceOf(c, n, rank, &s0, &len);
         TUTTI_IPC_STEP(len ? reduceFrom(op, own + s0 * E, r, s0 * E, len) : Status());
