@@ -42,6 +42,11 @@ void Queue::retire() {
   wake_.notify_one();
 }
 
+bool Queue::drained() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return completed_ == submitted_;
+}
+
 bool Queue::exited() {
   std::lock_guard<std::mutex> lock(mu_);
   return exited_;

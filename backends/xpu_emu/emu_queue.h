@@ -42,7 +42,8 @@ class Queue {
   void waitFor(uint64_t seq);
   void synchronize();
   void retire();
-  bool exited();  // the worker has left after retire()
+  bool exited();   // the worker has left after retire()
+  bool drained();  // everything submitted has completed
   void join();
 
  private:

@@ -407,7 +407,11 @@ ncclResult_t emuQueueDestroy(void* ctx, tuttiPluginQueue_t queue) {
     reapRetiredLocked(c);
     c->retired.reserve(c->retired.size() + 1);  // the only step that can throw
     it->second->retire();                       // the worker leaves once it has drained
-    c->retired.push_back(std::move(it->second));
+    if (it->second->drained()) {
+      it->second->join();  // idle: it leaves at once (no thread outlives its queue needlessly)
+    } else {
+      c->retired.push_back(std::move(it->second));  // joined by a later call or finalize
+    }
     c->queues.erase(it);
     return ncclSuccess;
   });
