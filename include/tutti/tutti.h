@@ -123,8 +123,10 @@ ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
  * across calls: its state is created on first use and must keep the same
  * count (and shape). PowerSGD treats the data as a row-major rows x cols
  * matrix (rows * cols == count); other kinds ignore rows and cols. In place
- * when sendbuff == recvbuff. Blocks until done for host memory, like
- * ncclAllReduce with a NULL stream. Not allowed inside ncclGroupStart/End. */
+ * when sendbuff == recvbuff. Ordered on `stream` like ncclAllReduce (it
+ * starts after earlier work on the stream; later work sees the result) and,
+ * like every tutti collective, returns once done. Not allowed inside
+ * ncclGroupStart/End. */
 ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclRedOp_t op,
                                       tuttiCompressor_t compressor, unsigned long long key,

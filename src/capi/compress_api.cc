@@ -107,7 +107,7 @@ tutti::Status statusOf(ncclResult_t rc, ncclComm* comm) {
 }
 
 ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count, int op,
-                           unsigned long long key, size_t rows, size_t cols) {
+                           unsigned long long key, size_t rows, size_t cols, cudaStream_t stream) {
   constexpr const char* fn = "tuttiAllReduceCompressed";
   ncclComm* comm = c->comm;
   const int kind = c->cfg.kind;
@@ -130,7 +130,7 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
   exact.wireBytes = &c->wireBytes;
   auto runExact = [&] {
     c->stats.exactCalls++;
-    return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &exact);
+    return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &exact, stream);
   };
   if (kind == tuttiCompressNone || count * sizeof(float) < c->cfg.minBytes || count == 0)
     return runExact();
@@ -150,25 +150,32 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
     }
     auto sum = [&](float* data, size_t n) {
       ncclResult_t rc =
-          tutti::capi::allReduce(fn, data, data, n, ncclFloat32, ncclSum, comm, &exact);
+          tutti::capi::allReduce(fn, data, data, n, ncclFloat32, ncclSum, comm, &exact, nullptr);
       return rc == ncclSuccess ? tutti::Status::ok() : statusOf(rc, comm);
     };
     // PowerSGD's matrix work runs on the host: device buffers are copied
-    // to host memory and the result back (the exact sums stage on their own).
+    // to host memory and the result back, in the order of the caller's
+    // stream (the exact sums in between run on host memory). Host buffers
+    // still wait for the stream: earlier device work may write them.
     const float* in = static_cast<const float*>(send);
     float* out = static_cast<float*>(recv);
     std::vector<float> hostIn, hostOut;
-    const bool device = comm->backend->isDevice(send) || comm->backend->isDevice(recv);
+    auto* be = comm->backend;
+    const auto q = reinterpret_cast<tutti::core::Queue>(stream);
+    const bool device = be->isDevice(send) || be->isDevice(recv);
+    tutti::Status st;
     if (device) {
       hostIn.resize(count);
       hostOut.resize(count);
-      tutti::Status st = comm->backend->copy(hostIn.data(), send, count * sizeof(float));
-      if (!st) return tutti::capi::fromStatus(st.withContext(fn), comm);
+      st = be->copyAsync(hostIn.data(), send, count * sizeof(float), q);
       in = hostIn.data();
       out = hostOut.data();
     }
-    tutti::Status st = t.powerSgd->run(in, out, average, comm->nranks, sum);
-    if (st && device) st = comm->backend->copy(recv, out, count * sizeof(float));
+    if (st && !be->hostOnly()) st = be->sync(q);
+    if (!st) return tutti::capi::fromStatus(st.withContext(fn), comm);
+    st = t.powerSgd->run(in, out, average, comm->nranks, sum);
+    if (st && device) st = be->copyAsync(recv, out, count * sizeof(float), q);
+    if (st && device) st = be->sync(q);
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
   }
   tutti::capi::Compressed z;
@@ -183,7 +190,7 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
   } else {
     z.wire.format = kind == tuttiCompressFp16 ? algo::Wire::kHalf : algo::Wire::kBf16;
   }
-  return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &z);
+  return tutti::capi::allReduce(fn, send, recv, count, ncclFloat32, op, comm, &z, stream);
 }
 
 }  // namespace
@@ -236,7 +243,7 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                                                 ncclDataType_t datatype, ncclRedOp_t op,
                                                 tuttiCompressor_t compressor,
                                                 unsigned long long key, size_t rows, size_t cols,
-                                                cudaStream_t) {
+                                                cudaStream_t stream) {
   return guard("tuttiAllReduceCompressed", [&] {
     constexpr const char* fn = "tuttiAllReduceCompressed";
     ncclResult_t rc = checkCompressor(compressor, fn);
@@ -266,7 +273,7 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                               "count {}",
                               fn, rows, cols, count),
                   comm);
-    return runCompressed(compressor, sendbuff, recvbuff, count, rop, key, rows, cols);
+    return runCompressed(compressor, sendbuff, recvbuff, count, rop, key, rows, cols, stream);
   });
 }
 

@@ -1291,8 +1291,8 @@ TUTTI_PNCCL(ncclGroupEnd)
 namespace tutti::capi {
 
 ncclResult_t allReduce(const char* fn, const void* send, void* recv, size_t count, int dt, int op,
-                       ncclComm_t comm, const Compressed* c) {
-  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, nullptr, c);
+                       ncclComm_t comm, const Compressed* c, cudaStream_t stream) {
+  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, stream, c);
 }
 
 bool inGroup() { return t_group.depth > 0; }

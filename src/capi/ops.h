@@ -22,9 +22,10 @@ struct Compressed {
 };
 
 // ncclAllReduce with compression `c` (null: exact, counted into *wireBytes
-// when given). Validates like ncclAllReduce; `fn` names the caller in errors.
+// when given), in the order of `stream` as ncclAllReduce. Validates like
+// ncclAllReduce; `fn` names the caller in errors.
 ncclResult_t allReduce(const char* fn, const void* send, void* recv, size_t count, int dt, int op,
-                       ncclComm_t comm, const Compressed* c);
+                       ncclComm_t comm, const Compressed* c, cudaStream_t stream);
 
 // Whether the calling thread is inside ncclGroupStart/End.
 bool inGroup();

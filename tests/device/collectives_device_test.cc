@@ -278,6 +278,64 @@ TEST(DeviceBuffers, StreamOrdersTheCollective) {
   });
 }
 
+// The compressed all-reduce honours its stream like any collective: the
+// input written on the queue before the call is what is reduced, and a copy
+// queued after the call sees the result. fp16 carries these small integers
+// exactly; PowerSGD recovers a rank-1 average (every rank's gradient is a
+// multiple of one outer product) to float rounding in one step.
+TEST(DeviceBuffers, CompressedAllReduceFollowsTheStream) {
+  auto be = core::processBackend();
+  ASSERT_TRUE(be.isOk()) << be.status().message();
+  core::Backend* b = be.value();
+  const int n = 2;
+  const size_t rows = 64, cols = 48, count = rows * cols;
+  for (tuttiCompression_t kind : {tuttiCompressFp16, tuttiCompressPowerSGD}) {
+    SCOPED_TRACE(kind == tuttiCompressFp16 ? "fp16" : "PowerSGD");
+    runRanks(n, [&](int r, ncclComm_t comm) {
+      tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
+      cfg.kind = kind;
+      cfg.powerSgdRank = 2;
+      tuttiCompressor_t c = nullptr;
+      ASSERT_EQ(tuttiCompressorCreate(comm, &cfg, &c), ncclSuccess) << ncclGetLastError(comm);
+      auto q = b->queueCreate(0);
+      ASSERT_TRUE(q.isOk()) << q.status().message();
+      void* buf = nullptr;
+      ASSERT_EQ(ncclMemAlloc(&buf, count * 4), ncclSuccess);
+      auto pinIn = b->hostAlloc(count * 4), pinOut = b->hostAlloc(count * 4);
+      ASSERT_TRUE(pinIn.isOk() && pinOut.isOk());
+      auto* in = static_cast<float*>(pinIn.value());
+      // rank r: (r + 1) * u v^T with small integers u, v; the sum is 3 u v^T
+      auto u = [](size_t i) { return static_cast<float>(i % 7) - 3.0f; };
+      auto v = [](size_t j) { return static_cast<float>(j % 5) + 1.0f; };
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t j = 0; j < cols; ++j)
+          in[i * cols + j] = static_cast<float>(r + 1) * u(i) * v(j);
+      for (int round = 0; round < 2; ++round) {
+        ASSERT_TRUE(b->copyAsync(buf, in, count * 4, q.value()).isOk());
+        ASSERT_EQ(tuttiAllReduceCompressed(buf, buf, count, ncclFloat32, ncclSum, c, 7, rows, cols,
+                                           reinterpret_cast<cudaStream_t>(q.value())),
+                  ncclSuccess)
+            << ncclGetLastError(comm);
+        memset(pinOut.value(), 0xff, count * 4);
+        ASSERT_TRUE(b->copyAsync(pinOut.value(), buf, count * 4, q.value()).isOk());
+        ASSERT_TRUE(b->sync(q.value()).isOk());
+        const auto* out = static_cast<const float*>(pinOut.value());
+        for (size_t i = 0; i < rows; ++i)
+          for (size_t j = 0; j < cols; ++j) {
+            const float want = 3.0f * u(i) * v(j);
+            ASSERT_NEAR(out[i * cols + j], want, kind == tuttiCompressFp16 ? 0.0f : 1e-4f * 45)
+                << "round " << round << " element " << i << "," << j;
+          }
+      }
+      EXPECT_TRUE(b->hostFree(pinIn.value()).isOk());
+      EXPECT_TRUE(b->hostFree(pinOut.value()).isOk());
+      EXPECT_EQ(ncclMemFree(buf), ncclSuccess);
+      EXPECT_TRUE(b->queueDestroy(q.value()).isOk());
+      EXPECT_EQ(tuttiCompressorDestroy(c), ncclSuccess);
+    });
+  }
+}
+
 // Float average and a PreMulSum operator whose scalar lives in device memory.
 TEST(DeviceBuffers, AverageAndDeviceScalarPreMulSum) {
   const int n = 4;  // ncclAvg on floats scales each contribution by 1/n: exact for 4
