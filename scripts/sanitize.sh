@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The sanitizer part of the test routine: builds the library and its tests
 # with ThreadSanitizer and with AddressSanitizer + UndefinedBehaviorSanitizer
-# (build-tsan/, build-asan/) and runs the unit, in-process and multi-process
-# tests in each. Any report fails the run. Expects scripts/setup.sh to have
-# installed the packages. Extra arguments go to ctest.
+# (build-tsan/, build-asan/) and runs the unit, in-process, multi-process and
+# device (CPU and xpu_emu backends) tests in each. Any report fails the run.
+# Expects scripts/setup.sh to have installed the packages. Extra arguments go
+# to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${TUTTI_JOBS:-$(nproc)}"
@@ -19,5 +20,5 @@ for san in thread "address,undefined"; do
     -DTUTTI_BUILD_BENCH=OFF -DTUTTI_BUILD_TORCH=OFF > /dev/null
   cmake --build "$dir" -j "$JOBS"
   # UBSan reports do not fail a test by themselves: halt_on_error makes them.
-  ctest --test-dir "$dir" -L "unit|inproc|mp" --output-on-failure -j "$JOBS" --timeout 900 "$@"
+  ctest --test-dir "$dir" -L "unit|inproc|mp|device" --output-on-failure -j "$JOBS" --timeout 900 "$@"
 done
