@@ -430,6 +430,14 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
     const size_t c = std::min(perRound, count - off);
     const uint64_t r = round_++;
     uint8_t* own = buf(rank, r);
+    // Block p's part of this round into region p (reduce-scatter, scatter,
+    // all-to-all).
+    auto copyInRegions = [&]() {
+      Status s;
+      for (int p = 0; p < n && s; ++p)
+        s = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
+      return s;
+    };
     switch (op.coll) {
       case Collective::kAllReduce: {
         // Round k: reduce this rank's slice in place, meet, gather every
@@ -461,13 +469,7 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
         break;
       }
       case Collective::kReduceScatter: {
-        auto in = [&]() {
-          Status s;
-          for (int p = 0; p < n && s; ++p)
-            s = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
-          return s;
-        };
-        TUTTI_IPC_STEP(in());
+        TUTTI_IPC_STEP(copyInRegions());
         local = drained(reduceFrom(op, recv + off * E, r, rank * c * E, c));
         break;
       }
@@ -492,24 +494,12 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
         break;
       }
       case Collective::kScatter: {
-        auto in = [&]() {
-          Status s;
-          for (int p = 0; p < n && s; ++p)
-            s = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
-          return s;
-        };
-        TUTTI_IPC_STEP(rank == op.root ? in() : Status());
+        TUTTI_IPC_STEP(rank == op.root ? copyInRegions() : Status());
         local = drained(be_->copyAsync(recv + off * E, buf(op.root, r) + rank * c * E, c * E, q));
         break;
       }
       case Collective::kAllToAll: {
-        auto in = [&]() {
-          Status s;
-          for (int p = 0; p < n && s; ++p)
-            s = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
-          return s;
-        };
-        TUTTI_IPC_STEP(in());
+        TUTTI_IPC_STEP(copyInRegions());
         for (int p = 0; p < n && local; ++p)
           local = be_->copyAsync(recv + (p * count + off) * E, buf(p, r) + rank * c * E, c * E, q);
         local = drained(local);
