@@ -65,6 +65,23 @@ Result<Fd> listenOn(uint64_t hash, int rank, int nranks) {
   return s;
 }
 
+// One message of the descriptor exchange: the sender's rank as data, room
+// for one SCM_RIGHTS descriptor as control (pointers into itself: not copied).
+struct FdMessage {
+  int32_t rank = -1;
+  iovec iov{&rank, sizeof(rank)};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  FdMessage() {
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof(ctl);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
 // Sends this rank's number and `fd` to the listener of peer `q` (pid `pid`).
 // The message waits in the peer's socket until it accepts.
 Status sendFd(uint64_t hash, int rank, int q, int pid, int fd) {
@@ -74,29 +91,23 @@ Status sendFd(uint64_t hash, int rank, int q, int pid, int fd) {
   if (s.fd < 0) return sysError("IPC: socket(AF_UNIX)");
   if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), len) != 0)
     return sysError("IPC: connect to rank " + std::to_string(q) + "'s socket");
-  int32_t who = rank;
-  iovec iov{&who, sizeof(who)};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl;
-  m.msg_controllen = sizeof(ctl);
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  FdMessage msg;
+  msg.rank = rank;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg.m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof(int));
   ssize_t n;
-  do n = sendmsg(s.fd, &m, MSG_NOSIGNAL);
+  do n = sendmsg(s.fd, &msg.m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof(who)))
+  if (n != static_cast<ssize_t>(sizeof(msg.rank)))
     return sysError("IPC: passing a file descriptor to rank " + std::to_string(q));
   return Status();
 }
 
 // Accepts one connection and receives (rank, fd); the sender's pid must be
-// the one `pidOf` names for that rank.
+// that rank's in `peers`.
 Status recvFd(int listener, const std::vector<core::PeerInfo>& peers, Clock::time_point deadline,
               const std::atomic<bool>* abortFlag, int* rankOut, Fd* fdOut) {
   int c = -1;
@@ -115,22 +126,16 @@ Status recvFd(int listener, const std::vector<core::PeerInfo>& peers, Clock::tim
   // a blocking socket), but bound the wait anyway.
   timeval tv{5, 0};
   setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  int32_t who = -1;
-  iovec iov{&who, sizeof(who)};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl;
-  m.msg_controllen = sizeof(ctl);
+  FdMessage msg;
   ssize_t n;
-  do n = recvmsg(c, &m, MSG_CMSG_CLOEXEC);
+  do n = recvmsg(c, &msg.m, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   Fd got;
-  for (cmsghdr* h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+  for (cmsghdr* h = CMSG_FIRSTHDR(&msg.m); h; h = CMSG_NXTHDR(&msg.m, h))
     if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
       memcpy(&got.fd, CMSG_DATA(h), sizeof(int));
-  if (n != static_cast<ssize_t>(sizeof(who)) || got.fd < 0)
+  const int32_t who = msg.rank;
+  if (n != static_cast<ssize_t>(sizeof(msg.rank)) || got.fd < 0)
     return Status(Code::kSystemError, "IPC: a peer's message carried no file descriptor");
   ucred cred{};
   socklen_t cl = sizeof(cred);
