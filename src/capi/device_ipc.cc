@@ -257,7 +257,6 @@ Status DeviceIpc::setUp() {
     else
       local = l.status();
   }
-  me.ok = local.isOk();
   // Phase 1: handles (and, for descriptors, everyone is listening).
   auto failed = [&](const char* phase) -> std::string {
     for (int q = 0; q < n; ++q)
@@ -281,21 +280,28 @@ Status DeviceIpc::setUp() {
     if (!peersReachable || !b) return remoteError(b ? why.message() : b.message());
     return internalError(why.message());
   };
-  Status st = boot.allGather(recs.data(), sizeof(Record));
-  if (!st) return giveUp(st, false);
-  std::string why = failed("allocate and export its IPC buffers");
-  if (!why.empty()) return giveUp(internalError(why), true);
+  // Every rank reports how its part of `phase` went (with its record);
+  // false, and *result what setUp returns, when any rank failed.
+  auto agree = [&](const char* phase, Status* result) {
+    for (auto& r : recs) r.ok = 1;
+    me.ok = local.isOk();
+    Status st = boot.allGather(recs.data(), sizeof(Record));
+    if (!st) {
+      *result = giveUp(st, false);
+      return false;
+    }
+    std::string why = failed(phase);
+    if (!why.empty()) *result = giveUp(internalError(why), true);
+    return why.empty();
+  };
+  Status result;
+  if (!agree("allocate and export its IPC buffers", &result)) return result;
   // Phase 2: descriptors, each rank to each other (queued in the listener's
   // backlog, so sending first cannot deadlock), then everyone accepts.
   if (needsFd) {
     for (int q = 0; q < n && local; ++q)
       if (q != rank) local = sendFd(comm_->commHash(), rank, q, comm_->peer(q).pid, exported.fd);
-    for (auto& r : recs) r.ok = 1;
-    me.ok = local.isOk();
-    st = boot.allGather(recs.data(), sizeof(Record));
-    if (!st) return giveUp(st, false);
-    why = failed("pass its descriptor to every peer");
-    if (!why.empty()) return giveUp(internalError(why), true);
+    if (!agree("pass its descriptor to every peer", &result)) return result;
     for (int k = 0; k < n - 1 && local; ++k) {
       int who = -1;
       Fd fd;
@@ -318,12 +324,7 @@ Status DeviceIpc::setUp() {
       bufs_[q] = p.value();
   }
   peerFds.clear();  // the backend dup()ed what it keeps
-  for (auto& r : recs) r.ok = 1;
-  me.ok = local.isOk();
-  st = boot.allGather(recs.data(), sizeof(Record));
-  if (!st) return giveUp(st, false);
-  why = failed("import its peers' IPC buffers");
-  if (!why.empty()) return giveUp(internalError(why), true);
+  if (!agree("import its peers' IPC buffers", &result)) return result;
   // Phase 4: the barriers' own arena (collective; nullptr on every rank or none).
   auto control = core::OneShot::create(comm_, 64);
   if (!control) return giveUp(control.status(), false);
