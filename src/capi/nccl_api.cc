@@ -196,7 +196,9 @@ bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
   // the executor: the arena has no wire format and sends no messages.
   if (!os || o.count == 0 || o.wire.format != algo::Wire::kRaw || o.wireBytes) return false;
   size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt));
-  if (!os->eligible(o.coll, o.count, es)) return false;
+  bool direct = false;
+  if (!os->takes(o.coll, o.count, es, &direct)) return false;
+  out->direct = direct;
   out->coll = o.coll;
   out->send = static_cast<const uint8_t*>(o.send);
   out->recv = static_cast<uint8_t*>(o.recv);
@@ -348,8 +350,9 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     if (o->count == 0) continue;
     core::OneShotOp small;
     if (oneShotOp(comm, *o, &small)) {
-      TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm one-shot",
-                 algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks);
+      TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}",
+                 algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks,
+                 small.direct ? "single-copy" : "one-shot");
       w->small.push_back(small);
       continue;
     }

@@ -1,13 +1,17 @@
 #include "core/oneshot.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <random>
 
 #include "backends/cpu/kernels.h"
 #include "core/backoff.h"
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "transports/shm/cma.h"
 
 namespace tutti::core {
 namespace {
@@ -35,19 +39,42 @@ bool needs(const OneShotOp& op, int rank, int q) {
   }
 }
 
+// Which ranks read `owner`'s buffer in a direct operation.
+bool readsFrom(const OneShotOp& op, int reader, int owner) {
+  if (reader == owner) return false;
+  return op.coll == Collective::kAllGather || owner == op.root;
+}
+
+// A direct operation's slot payload: where the owner's data is, and the count
+// (which the signature holds only modulo 2^24).
+struct DirectRecord {
+  uint64_t addr;
+  uint64_t count;
+};
+
+// A random value per process: two ranks with the same one share an address
+// space (a pid alone could repeat across pid namespaces).
+uint64_t processToken() {
+  static const uint64_t token = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }();
+  return token;
+}
+
 // coll | dt << 8 | op << 16 | root << 24 | count << 40 (count < 2^24: slots
-// are at most 1 MiB).
+// are at most 1 MiB; a direct operation's full count is in its record).
 uint64_t signatureOf(const OneShotOp& op) {
   return static_cast<uint64_t>(op.coll) | static_cast<uint64_t>(op.spec.dt) << 8 |
          static_cast<uint64_t>(op.redop & 0xff) << 16 |
          static_cast<uint64_t>(op.root & 0xffff) << 24 | static_cast<uint64_t>(op.count) << 40;
 }
 
-std::string describeSignature(uint64_t sig) {
+std::string describeSignature(uint64_t sig, uint64_t count) {
   auto coll = static_cast<Collective>(sig & 0xff);
   auto dt = static_cast<DataType>((sig >> 8) & 0xff);
   std::string s =
-      fmt::format("{} of {} x {}", algo::collectiveName(coll), sig >> 40, dataTypeName(dt));
+      fmt::format("{} of {} x {}", algo::collectiveName(coll), count, dataTypeName(dt));
   if (coll == Collective::kAllReduce || coll == Collective::kReduce ||
       coll == Collective::kReduceScatter)
     s += fmt::format(" op {}", (sig >> 16) & 0xff);
@@ -78,26 +105,56 @@ Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotByt
   bool oneHost = true;
   for (int r = 0; r < nranks; ++r) oneHost = oneHost && comm->sameHost(r);
   if (!oneHost) return std::unique_ptr<OneShot>();  // every rank sees the same hosts
-  // Settings may differ between processes: agree on the smallest.
-  int64_t want = fixedSlotBytes ? static_cast<int64_t>(fixedSlotBytes)
-                                : params::getInt("TUTTI_ONESHOT_MAX", 32 << 10);
-  if (params::getBool("NCCL_SHM_DISABLE", false)) want = 0;
-  want = std::clamp<int64_t>(want, 0, 1 << 20);
-  std::vector<int64_t> wants(nranks);
-  wants[rank] = want;
-  TUTTI_RETURN_IF_ERROR(comm->bootstrap().allGather(wants.data(), sizeof(int64_t)));
-  const int64_t agreed = *std::min_element(wants.begin(), wants.end());
-  if (agreed <= 0) return std::unique_ptr<OneShot>();
-  const size_t slotBytes = static_cast<size_t>(agreed);
+  // Settings may differ between processes: agree on the smallest slot, on
+  // single-copy only if every rank wants it, and on the largest threshold.
+  struct Offer {
+    int64_t slotBytes;
+    int64_t cmaMinBytes;
+    int64_t cma;
+  };
+  static_assert(std::is_trivially_copyable_v<Offer>);
+  const bool shmOff = params::getBool("NCCL_SHM_DISABLE", false);
+  Offer mine{fixedSlotBytes ? static_cast<int64_t>(fixedSlotBytes)
+                            : params::getInt("TUTTI_ONESHOT_MAX", 32 << 10),
+             std::max<int64_t>(params::getInt("TUTTI_CMA_MIN_BYTES", 0), 0),
+             !fixedSlotBytes && !shmOff && params::getBool("TUTTI_CMA", false)};
+  if (shmOff) mine.slotBytes = 0;
+  mine.slotBytes = std::clamp<int64_t>(mine.slotBytes, 0, 1 << 20);
+  std::vector<Offer> offers(nranks);
+  offers[rank] = mine;
+  TUTTI_RETURN_IF_ERROR(comm->bootstrap().allGather(offers.data(), sizeof(Offer)));
+  int64_t agreed = mine.slotBytes, cmaMin = 0;
+  bool cmaWanted = true;
+  for (const Offer& o : offers) {
+    agreed = std::min(agreed, o.slotBytes);
+    cmaMin = std::max(cmaMin, o.cmaMinBytes);
+    cmaWanted = cmaWanted && o.cma;
+  }
+  if (agreed <= 0 && !cmaWanted) return std::unique_ptr<OneShot>();
+  // A single-copy operation's slot holds its DirectRecord.
+  const size_t slotBytes = std::max<size_t>(static_cast<size_t>(std::max<int64_t>(agreed, 0)),
+                                            cmaWanted ? sizeof(DirectRecord) : 0);
+  if (cmaWanted) transport::shm::cma::allowPeerReads();
 
   // Rank 0 creates the segment and publishes its name; the others attach;
-  // everyone reports; rank 0 unlinks the name. Any failure: nobody uses it.
+  // every rank probes whether it can read every other's memory (a canary
+  // that lives until the second exchange); everyone reports; rank 0 unlinks
+  // the name. A failed attach: nobody uses the arena. A failed probe: nobody
+  // uses single-copy operations.
   struct Record {
     int32_t ok;
-    char name[124];
+    int32_t cmaOk;
+    uint64_t canaryAddr;
+    uint64_t canaryValue;
+    uint64_t token;
+    char name[96];
   };
   static_assert(sizeof(Record) == 128 && std::is_trivially_copyable_v<Record>);
   std::vector<Record> recs(nranks);
+  const uint64_t canary = processToken() ^ reinterpret_cast<uintptr_t>(&recs) ^ comm->commHash();
+  recs[rank].canaryAddr = reinterpret_cast<uintptr_t>(&canary);
+  recs[rank].canaryValue = canary;
+  recs[rank].token = processToken();
   std::unique_ptr<ArenaSegment> seg;
   std::string name;
   if (rank == 0) {
@@ -126,23 +183,106 @@ Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotByt
       TUTTI_INFO(log::kShm, "one-shot arena not used: {}", s.status().message());
     }
   }
+  std::vector<bool> local(nranks);
+  for (int q = 0; q < nranks; ++q) local[q] = recs[q].token == recs[rank].token;
+  if (cmaWanted) {
+    recs[rank].cmaOk = 1;
+    for (int q = 0; q < nranks && recs[rank].cmaOk; ++q) {
+      if (q == rank || local[q]) continue;
+      uint64_t seen = 0;
+      Status probe = transport::shm::cma::read(static_cast<pid_t>(comm->peer(q).pid),
+                                               reinterpret_cast<const void*>(recs[q].canaryAddr),
+                                               &seen, sizeof(seen));
+      if (probe && seen != recs[q].canaryValue)
+        probe = remoteError(fmt::format("read a wrong value from {}", comm->describePeer(q)));
+      if (!probe) {
+        recs[rank].cmaOk = 0;
+        TUTTI_INFO(log::kShm, "single-copy collectives not used: {}", probe.message());
+      }
+    }
+  }
   st = comm->bootstrap().allGather(recs.data(), sizeof(Record));
   if (rank == 0 && seg) ArenaSegment::unlinkName(name);
   TUTTI_RETURN_IF_ERROR(st);
-  for (const Record& r : recs)
+  bool cma = cmaWanted;
+  for (const Record& r : recs) {
     if (!r.ok) return std::unique_ptr<OneShot>();
-  TUTTI_INFO(log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank", nranks, slotBytes);
-  return std::unique_ptr<OneShot>(new OneShot(comm, std::move(seg), slotBytes));
+    cma = cma && r.cmaOk;
+  }
+  const size_t oneShotMax = static_cast<size_t>(std::max<int64_t>(agreed, 0));
+  TUTTI_INFO(log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank{}", nranks, oneShotMax,
+             cma ? fmt::format("; single-copy all-gather and broadcast above that, from {} bytes",
+                               cmaMin)
+                 : std::string());
+  return std::unique_ptr<OneShot>(new OneShot(comm, std::move(seg), oneShotMax, cma,
+                                              static_cast<size_t>(cmaMin), std::move(local)));
 }
 
-OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes)
+OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes, bool cma,
+                 size_t cmaMinBytes, std::vector<bool> local)
     : comm_(comm),
       seg_(std::move(seg)),
       rank_(comm->rank()),
       nranks_(comm->nranks()),
       maxBytes_(maxBytes),
+      cma_(cma),
+      cmaMinBytes_(cmaMinBytes),
+      local_(std::move(local)),
       seen_(comm->nranks(), 0),
+      seenAck_(comm->nranks(), 0),
       srcs_(comm->nranks(), nullptr) {}
+
+bool OneShot::takes(Collective coll, size_t count, size_t elemSize, bool* direct) const {
+  const size_t b = slotBytesFor(coll, count, elemSize, nranks_);
+  *direct = false;
+  if (b == 0) return false;
+  if (b <= maxBytes_) return true;
+  *direct = cma_ && b >= cmaMinBytes_ &&
+            (coll == Collective::kAllGather || coll == Collective::kBroadcast);
+  return *direct;
+}
+
+bool OneShot::acked(int q, uint64_t seq) {
+  if (seenAck_[q] >= seq) return true;
+  seenAck_[q] = seg_->ack(q).load(std::memory_order_acquire);
+  return seenAck_[q] >= seq;
+}
+
+Status OneShot::readPeer(int q, const void* remote, void* local, size_t bytes) {
+  if (local_[q]) {
+    memcpy(local, remote, bytes);
+    return Status::ok();
+  }
+  Status st = transport::shm::cma::read(static_cast<pid_t>(comm_->peer(q).pid), remote, local,
+                                        bytes);
+  return st ? st : st.withContext(fmt::format("{} (single-copy path): ", comm_->describePeer(q)));
+}
+
+Status OneShot::readDirect(const OneShotOp& op) {
+  const int slot = slotOf(op.seq);
+  const size_t blk = op.count * op.elemSize;
+  auto recordOf = [&](int q) {
+    DirectRecord d;
+    memcpy(&d, seg_->payload(q, slot), sizeof(d));
+    return reinterpret_cast<const void*>(d.addr);
+  };
+  if (op.coll == Collective::kBroadcast) {
+    if (rank_ == op.root) {
+      if (op.recv != op.send) memmove(op.recv, op.send, blk);
+      return Status::ok();
+    }
+    return readPeer(op.root, recordOf(op.root), op.recv, blk);
+  }
+  // All-gather: start with the next rank, so the ranks do not all read one
+  // owner at once.
+  for (int i = 1; i < nranks_; ++i) {
+    const int q = (rank_ + i) % nranks_;
+    TUTTI_RETURN_IF_ERROR(readPeer(q, recordOf(q), op.recv + q * blk, blk));
+  }
+  uint8_t* own = op.recv + rank_ * blk;
+  if (own != op.send) memmove(own, op.send, blk);
+  return Status::ok();
+}
 
 bool OneShot::published(int q, uint64_t seq) {
   if (seen_[q] >= seq) return true;
@@ -161,7 +301,11 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
         if (!published(q, bound)) return Status::ok();
     const int slot = slotOf(c);
     const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
-    if (op.coll != Collective::kBroadcast || rank_ == op.root) {
+    if (op.direct) {
+      const bool owns = op.coll == Collective::kAllGather || rank_ == op.root;
+      const DirectRecord d{owns ? reinterpret_cast<uintptr_t>(op.send) : 0, op.count};
+      memcpy(seg_->payload(rank_, slot), &d, sizeof(d));
+    } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
       uint8_t* dst = seg_->payload(rank_, slot);
       if (op.spec.op == RedOp::kPreMulSum)
         cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
@@ -177,23 +321,50 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
   }
   for (int q = 0; q < nranks_; ++q)
     if (needs(op, rank_, q) && !published(q, op.seq)) return Status::ok();
+  if (!op.readsDone) {
+    for (int q = 0; q < nranks_; ++q)
+      if (needs(op, rank_, q)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
+    if (!op.direct) {
+      complete(op);
+      op.done = true;
+      *moved = true;
+      return Status::ok();
+    }
+    TUTTI_RETURN_IF_ERROR(readDirect(op));
+    seg_->ack(rank_).store(op.seq, std::memory_order_release);
+    op.readsDone = true;
+    *moved = true;
+  }
+  // Direct: done once nobody reads this rank's buffer any more.
   for (int q = 0; q < nranks_; ++q)
-    if (needs(op, rank_, q)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
-  complete(op);
+    if (readsFrom(op, q, rank_) && !acked(q, op.seq)) return Status::ok();
   op.done = true;
+  ++directOps_;
   *moved = true;
   return Status::ok();
 }
 
 Status OneShot::checkSignature(const OneShotOp& op, int q) {
-  const uint64_t theirs = seg_->signature(q, slotOf(op.seq));
+  const int slot = slotOf(op.seq);
+  const uint64_t theirs = seg_->signature(q, slot);
   const uint64_t mine = signatureOf(op);
-  if (theirs == mine) return Status::ok();
+  // A direct operation's record holds the full count; the other side of a
+  // mismatch may have posted a one-shot one, whose payload is data.
+  uint64_t theirCount = theirs >> 40;
+  if (op.direct) {
+    DirectRecord d;
+    memcpy(&d, seg_->payload(q, slot), sizeof(d));
+    if (theirs == mine && d.count == op.count) return Status::ok();
+    if ((theirs >> 40) == (op.count & 0xffffff)) theirCount = d.count;
+  } else if (theirs == mine) {
+    return Status::ok();
+  }
   return invalidUsage(fmt::format(
       "collective mismatch at one-shot operation {}: {} called {} but rank {} called {}: the "
       "ranks called collectives in a different order or with different counts, datatypes, ops "
       "or roots",
-      op.seq, comm_->describePeer(q), describeSignature(theirs), rank_, describeSignature(mine)));
+      op.seq, comm_->describePeer(q), describeSignature(theirs, theirCount), rank_,
+      describeSignature(mine, op.count)));
 }
 
 void OneShot::complete(OneShotOp& op) {
@@ -232,7 +403,12 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
   const uint64_t seq = op.seq ? op.seq : reuseBound(nextSeq_);
   std::vector<int> waiting;
   for (int q = 0; q < nranks_; ++q) {
-    if (q == rank_ || (op.seq && !needs(op, rank_, q))) continue;
+    if (q == rank_) continue;
+    if (op.readsDone) {  // direct: waiting for the readers of this rank's buffer
+      if (readsFrom(op, q, rank_) && !acked(q, seq)) waiting.push_back(q);
+      continue;
+    }
+    if (op.seq && !needs(op, rank_, q)) continue;
     if (!published(q, seq)) waiting.push_back(q);
   }
   const char* what = algo::collectiveName(op.coll);

@@ -22,6 +22,18 @@
 // average) scales each contribution as it is written; integer average divides
 // the final sum.
 //
+// Single-copy operations (off unless TUTTI_CMA=1). All-gather and broadcast
+// above the slot size (and at least TUTTI_CMA_MIN_BYTES) take the same path without copying their data
+// into the arena: the slot carries the address of the rank's send buffer and
+// the count, and each reader copies straight from the owner's buffer into its
+// own receive buffer with cross-memory attach (transports/shm/cma.h; a plain
+// memcpy between ranks of one process). Each reader then raises its
+// acknowledgement word to c, and an owner completes c only when every rank that
+// reads its buffer acknowledged c, so no rank returns (and lets its caller
+// touch the buffer) while a peer still reads it. The ranks agree at create()
+// whether every one of them can read every other (a probe of a canary value),
+// else none uses the path.
+//
 // Waiting: progress() never blocks; the caller spins, yields or naps
 // (core/backoff.h) and calls check() now and then, which reports a peer whose
 // process died, that closed its communicator or failed, an abort, or no
@@ -53,8 +65,10 @@ struct OneShotOp {
   algo::ReduceSpec spec;
   int root = 0;
   int redop = 0;  // ncclRedOp_t as called (checked across ranks with the rest)
+  bool direct = false;  // single-copy: peers read this rank's send buffer
   // Progress state.
   uint64_t seq = 0;  // 0 until posted
+  bool readsDone = false;  // direct: this rank copied what it needs
   bool done = false;
 };
 
@@ -62,20 +76,23 @@ class OneShot {
  public:
   // Collective over the communicator's bootstrap (every rank calls it at
   // init). Returns nullptr when the arena is not used: ranks on several
-  // hosts, shared memory disabled, TUTTI_ONESHOT_MAX=0 on any rank, or a rank
-  // that could not map the segment (logged at INFO; never an error).
-  // slotBytes > 0 asks for an arena of that slot size whatever
-  // TUTTI_ONESHOT_MAX says (a second arena for a protocol's own control
-  // messages, such as capi/device_ipc.h's barriers).
+  // hosts, shared memory disabled, both TUTTI_ONESHOT_MAX=0 and TUTTI_CMA=0
+  // (each on any rank), or a rank that could not map the segment (logged at
+  // INFO; never an error). slotBytes > 0 asks for an arena of that slot size
+  // whatever TUTTI_ONESHOT_MAX says and without single-copy operations (a
+  // second arena for a protocol's own control messages, such as
+  // capi/device_ipc.h's barriers).
   static Result<std::unique_ptr<OneShot>> create(Comm* comm, size_t slotBytes = 0);
 
   // Bytes of this rank's slot the operation needs (0: not an arena collective).
   static size_t slotBytesFor(algo::Collective coll, size_t count, size_t elemSize, int nranks);
-  bool eligible(algo::Collective coll, size_t count, size_t elemSize) const {
-    size_t b = slotBytesFor(coll, count, elemSize, nranks_);
-    return b > 0 && b <= maxBytes_;
-  }
-  size_t maxBytes() const { return maxBytes_; }
+  // Whether the operation runs here: through the slots, or single-copy
+  // (*direct). The same answer on every rank: it depends on the collective,
+  // count and datatype, and on settings the ranks agreed on.
+  bool takes(algo::Collective coll, size_t count, size_t elemSize, bool* direct) const;
+  bool singleCopy() const { return cma_; }
+  // Single-copy operations this rank completed (tests check the path).
+  uint64_t directOps() const { return directOps_; }
 
   // Advances `op` as far as it can without waiting; sets *moved when anything
   // happened. Operations must be progressed to completion in order.
@@ -88,7 +105,8 @@ class OneShot {
   // This rank failed: peers waiting on it stop with an error.
   void markFailed() { seg_->markFailed(); }
 
-  OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes);
+  OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes,
+          bool cma, size_t cmaMinBytes, std::vector<bool> local);
   // A peer's arena state is failed or closed (the executor asks this of the
   // peers it waits on, so a rank that failed on the one-shot path does not
   // leave a peer in a schedule waiting for its timeout).
@@ -96,15 +114,24 @@ class OneShot {
 
  private:
   bool published(int rank, uint64_t seq);
+  bool acked(int rank, uint64_t seq);
   Status checkSignature(const OneShotOp& op, int q);
   void complete(OneShotOp& op);
+  // Direct operations: copies what this rank needs from its peers' buffers.
+  Status readDirect(const OneShotOp& op);
+  Status readPeer(int q, const void* remote, void* local, size_t bytes);
 
   Comm* comm_;
   std::unique_ptr<transport::shm::ArenaSegment> seg_;
   int rank_, nranks_;
   size_t maxBytes_;
+  bool cma_;            // single-copy operations are on
+  size_t cmaMinBytes_;  // ... from this many bytes per rank
+  std::vector<bool> local_;  // per rank: in this process (memcpy, no system call)
   uint64_t nextSeq_ = 1;
+  uint64_t directOps_ = 0;
   std::vector<uint64_t> seen_;  // highest sequence number seen per rank
+  std::vector<uint64_t> seenAck_;  // highest acknowledgement seen per rank
   std::vector<const void*> srcs_;
 };
 

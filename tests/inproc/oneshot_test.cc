@@ -1,12 +1,16 @@
 // The one-shot path for small collectives on one host (core/oneshot.h):
 // slot reuse under every collective, groups that mix it with ring schedules,
 // one thread driving every rank, mismatches and departed peers reported
-// instead of garbage or a hang. The collective matrix itself runs in
-// collectives_test.cc (with and without the arena).
+// instead of garbage or a hang; single-copy all-gather and broadcast
+// (TUTTI_CMA=1). The collective matrix itself runs in collectives_test.cc
+// (with and without the arena).
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
+#include "capi/handle.h"
+#include "core/oneshot.h"
 #include "harness.h"
 
 namespace tutti::test {
@@ -200,6 +204,104 @@ TEST_F(OneShotEnv, FloatResultsAreBitIdenticalAcrossRanks) {
   });
   for (int r = 1; r < n; ++r)
     ASSERT_EQ(0, memcmp(results[0].data(), results[r].data(), count * sizeof(float))) << r;
+}
+
+// Single-copy all-gather and broadcast (TUTTI_CMA=1; ranks as threads read
+// each other's buffers with memcpy, processes with process_vm_readv: see
+// tests/mp/perf_smoke.sh). Every iteration changes the values and rewrites
+// the send buffer as soon as the call returns, so an owner that returned
+// before its readers finished shows up as a wrong value; byte counts are odd
+// and buffers start at odd addresses; in place and out of place; a broadcast
+// root that moves around.
+TEST_F(OneShotEnv, SingleCopyAllGatherAndBroadcast) {
+  Env env({{"TUTTI_CMA", "1"}, {"TUTTI_CMA_MIN_BYTES", "0"}});
+  for (int n : {2, 3, 5}) {
+    runRanks(n, [n](int r, ncclComm_t comm) {
+      core::OneShot* os = comm->impl->oneShot();
+      ASSERT_NE(os, nullptr);
+      ASSERT_TRUE(os->singleCopy());
+      const uint64_t before = os->directOps();
+      uint64_t expected = 0;
+      for (size_t count : {size_t{4097}, size_t{70001}}) {  // bytes (int8): above 4K
+        std::vector<int8_t> sendBuf(count + 1), recvBuf(count * n + 1);
+        int8_t* send = sendBuf.data() + 1;  // odd addresses
+        int8_t* recv = recvBuf.data() + 1;
+        auto value = [](int it, int q, size_t i) {
+          return static_cast<int8_t>((it * 7 + q * 31 + static_cast<int>(i % 97)) & 0x7f);
+        };
+        for (int it = 0; it < 60; ++it) {
+          const bool inPlace = it % 4 >= 2;
+          const int root = (it / 2) % n;
+          ++expected;
+          std::memset(recvBuf.data(), -1, recvBuf.size());
+          if (it % 2 == 0) {  // all-gather
+            int8_t* in = inPlace ? recv + r * count : send;
+            for (size_t i = 0; i < count; ++i) in[i] = value(it, r, i);
+            ASSERT_EQ(ncclAllGather(in, recv, count, ncclInt8, comm, nullptr), ncclSuccess)
+                << ncclGetLastError(comm);
+            for (size_t i = 0; i < count; ++i) in[i] = -2;  // a late reader would see this
+            for (int q = 0; q < n; ++q) {
+              if (q == r && inPlace) continue;  // overwritten above, on purpose
+              for (size_t i = 0; i < count; ++i)
+                ASSERT_EQ(recv[q * count + i], value(it, q, i))
+                    << "n " << n << " count " << count << " it " << it << " from " << q;
+            }
+          } else {  // broadcast
+            int8_t* in = inPlace ? recv : send;
+            if (r == root)
+              for (size_t i = 0; i < count; ++i) in[i] = value(it, root, i);
+            ASSERT_EQ(ncclBroadcast(in, recv, count, ncclInt8, root, comm, nullptr), ncclSuccess)
+                << ncclGetLastError(comm);
+            if (r == root) {
+              for (size_t i = 0; i < count; ++i) in[i] = -2;
+              continue;
+            }
+            for (size_t i = 0; i < count; ++i)
+              ASSERT_EQ(recv[i], value(it, root, i))
+                  << "n " << n << " count " << count << " it " << it << " root " << root;
+          }
+        }
+      }
+      EXPECT_EQ(os->directOps() - before, expected);
+    });
+  }
+}
+
+// Without TUTTI_CMA, or at or below the one-shot size, or below
+// TUTTI_CMA_MIN_BYTES, the same calls take the slots or the rings.
+TEST_F(OneShotEnv, SingleCopyOnlyWhereAsked) {
+  for (const char* cma : {"0", "1"}) {
+    Env env({{"TUTTI_CMA", cma}, {"TUTTI_CMA_MIN_BYTES", "64K"}});
+    runRanks(3, [cma](int r, ncclComm_t comm) {
+      core::OneShot* os = comm->impl->oneShot();
+      ASSERT_NE(os, nullptr);
+      EXPECT_EQ(os->singleCopy(), cma[0] == '1');
+      std::vector<int32_t> in(40000), out(40000 * 3);
+      for (size_t count : {size_t{1000}, size_t{10000}, size_t{40000}}) {  // 4000, 40000, 160000 B
+        std::iota(in.begin(), in.begin() + count, r * 100000);
+        ASSERT_EQ(ncclAllGather(in.data(), out.data(), count, ncclInt32, comm, nullptr),
+                  ncclSuccess);
+        for (int q = 0; q < 3; ++q)
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[q * count + i], static_cast<int32_t>(q * 100000 + i));
+      }
+      EXPECT_EQ(os->directOps(), cma[0] == '1' ? 1u : 0u);  // 160000 B only
+    });
+  }
+}
+
+// Ranks whose single-copy calls differ in count are told so, on every rank,
+// instead of reading past a buffer.
+TEST_F(OneShotEnv, SingleCopyCountMismatchIsReported) {
+  Env env({{"TUTTI_CMA", "1"}, {"TUTTI_TIMEOUT", "20"}});
+  runRanks(2, [](int r, ncclComm_t comm) {
+    std::vector<int32_t> in(5000, r), out(10002, -1);
+    ncclResult_t rc = ncclAllGather(in.data(), out.data(), 5000 + r, ncclInt32, comm, nullptr);
+    EXPECT_EQ(rc, ncclInvalidUsage);
+    std::string err = ncclGetLastError(comm);
+    EXPECT_NE(err.find("collective mismatch"), std::string::npos) << err;
+    EXPECT_NE(err.find(r == 0 ? "5001" : "5000"), std::string::npos) << err;
+  });
 }
 
 }  // namespace

@@ -17,13 +17,16 @@ fi
 limit=(-T 120)
 failures=0
 
-# run <command...>: passes when it exits 0 and reports no wrong results.
+# run <command...>: passes when it exits 0 and reports no wrong results (and,
+# when $want_line is set, prints a line containing it).
+want_line=
 run() {
   local out rc
   out=$("$@" 2>&1)
   rc=$?
-  if [[ $rc -ne 0 ]] || ! grep -q "^# Out of bounds values : 0 OK" <<<"$out"; then
-    echo "FAIL (exit $rc): $*"
+  if [[ $rc -ne 0 ]] || ! grep -q "^# Out of bounds values : 0 OK" <<<"$out" ||
+    { [[ -n $want_line ]] && ! grep -qF -- "$want_line" <<<"$out"; }; then
+    echo "FAIL (exit $rc${want_line:+, expecting a line with '$want_line'}): $*"
     tail -n 25 <<<"$out" | sed 's/^/    /'
     failures=$((failures + 1))
   else
@@ -62,6 +65,18 @@ run "$perf" reduce -b 0 -e 4K -f 8 -n 2 -w 1 -d all -o all -r 1 --np 3 "${limit[
 run "$perf" broadcast -r -1 -b 8 -e 4K -f 8 -n 2 --np 3 "${limit[@]}"
 run "$perf" all_reduce_perf -b 1K -e 64K -f 8 -n 3 -m 4 -z 1 -a 3 --np 2 "${limit[@]}"
 run "$perf" sendrecv -b 1K -e 64K -i 32K -n 3 -m 2 --np 3 "${limit[@]}"
+
+# Single-copy all-gather and broadcast between processes (TUTTI_CMA=1:
+# process_vm_readv), out of place and in place, broadcast from every root; the
+# INFO line shows that the ranks agreed on the path.
+want_line="single-copy all-gather and broadcast above"
+for np in 2 3; do
+  run env TUTTI_CMA=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=SHM \
+    "$perf" all_gather -b 4 -e 4M -f 8 -n 3 -w 1 --np "$np" -c 1 "${limit[@]}"
+  run env TUTTI_CMA=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=SHM \
+    "$perf" broadcast -r -1 -b 4 -e 4M -f 8 -n 3 -w 1 --np "$np" -c 1 "${limit[@]}"
+done
+want_line=
 
 # The TCP transport.
 run env NCCL_SHM_DISABLE=1 "$perf" all_reduce -b 8 -e 256K -f 8 -n 3 --np 3 "${limit[@]}"

@@ -18,7 +18,7 @@ namespace tutti::transport::shm {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x3141526974747574ull;  // "tuttiRA1" little-endian
-constexpr uint32_t kArenaVersion = 2;
+constexpr uint32_t kArenaVersion = 3;
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;  // stored last by the creator
@@ -29,9 +29,10 @@ struct ArenaHeader {
 static_assert(sizeof(ArenaHeader) <= kLine);
 
 size_t statesOffset() { return kLine; }
-size_t slotsOffset(int nranks) {
+size_t acksOffset(int nranks) {
   return roundUp(statesOffset() + sizeof(std::atomic<uint32_t>) * nranks, kLine);
 }
+size_t slotsOffset(int nranks) { return acksOffset(nranks) + kLine * static_cast<size_t>(nranks); }
 size_t strideFor(size_t slotBytes) { return roundUp(16 + slotBytes, kLine); }
 
 }  // namespace
@@ -72,6 +73,7 @@ ArenaSegment::ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_
       stride_(strideFor(slotBytes)),
       states_(reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(base) +
                                                        statesOffset())),
+      acks_(static_cast<uint8_t*>(base) + acksOffset(nranks)),
       slots_(static_cast<uint8_t*>(base) + slotsOffset(nranks)) {}
 
 ArenaSegment::~ArenaSegment() {
@@ -107,7 +109,8 @@ Result<std::unique_ptr<ArenaSegment>> ArenaSegment::create(const std::string& na
     shm_unlink(name.c_str());
     return errnoError(fmt::format("{}: mmap of {} bytes", who, bytes), err);
   }
-  // ftruncate zero-filled the segment: every sequence word is 0, every state kOpen.
+  // ftruncate zero-filled the segment: every sequence and acknowledgement word is
+  // 0, every state kOpen.
   auto* hdr = static_cast<ArenaHeader*>(base);
   hdr->version = kArenaVersion;
   hdr->nranks = nranks;

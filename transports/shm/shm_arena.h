@@ -7,7 +7,8 @@
 //   <random>", O_EXCL, mode 0600, pages reserved with posix_fallocate), the
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
-// - Layout: a header, one state word per rank, then per rank kSlots slots
+// - Layout: a header, one state word per rank, one acknowledgement word per
+//   rank (its own cache line), then per rank kSlots slots
 //   (operation c uses slot c % kSlots). A slot is a 64-bit sequence
 //   word and a 64-bit signature followed, in the same cache line, by
 //   `slotBytes` of payload, so a small message and its flag travel together.
@@ -70,6 +71,13 @@ class ArenaSegment {
   uint8_t* payload(int rank, int index) { return slot(rank, index) + kSlotHeader; }
   size_t slotBytes() const { return slotBytes_; }
 
+  // Rank r's acknowledgement word: the caller's protocol says what it counts
+  // (core/oneshot.h: the last single-copy operation r finished reading).
+  // Only rank r writes it.
+  std::atomic<uint64_t>& ack(int rank) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(acks_ + static_cast<size_t>(rank) * kLine);
+  }
+
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
   void markFailed() { states_[rank_].store(kFailed, std::memory_order_release); }
 
@@ -85,6 +93,7 @@ class ArenaSegment {
   int rank_;
   size_t slotBytes_, stride_;
   std::atomic<uint32_t>* states_;
+  uint8_t* acks_;
   uint8_t* slots_;
 };
 
