@@ -19,13 +19,26 @@ namespace {
 using algo::Collective;
 using transport::shm::ArenaSegment;
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kSlots = ArenaSegment::kSlots;
 
-int slotOf(uint64_t seq) { return static_cast<int>(seq % kSlots); }
+// Slots of each class: 0 small, 1 large.
+uint64_t slotsIn(int cls) {
+  return cls == 0 ? ArenaSegment::kSmallSlots : ArenaSegment::kSlots;
+}
 
-// Operation c may overwrite slot c % kSlots once every rank has published
-// c - kSlots + 1 (and so finished c - kSlots, the slot's previous use).
-uint64_t reuseBound(uint64_t c) { return c >= kSlots ? c - kSlots + 1 : 0; }
+// The slot index of operation c of class cls.
+int slotOf(int cls, uint64_t c) {
+  const int i = static_cast<int>(c % slotsIn(cls));
+  return cls == 0 ? i : ArenaSegment::kSmallSlots + i;
+}
+
+// Operation c of a class may overwrite its slot once every rank has
+// published c - K + 1 of that class (K its slots), and so finished c - K, the
+// slot's previous use: a rank posts an operation only after completing every
+// earlier one, of either class.
+uint64_t reuseBound(int cls, uint64_t c) {
+  const uint64_t k = slotsIn(cls);
+  return c >= k ? c - k + 1 : 0;
+}
 
 // Which ranks' data `rank` reads for `op` (publication is enough for the rest).
 bool needs(const OneShotOp& op, int rank, int q) {
@@ -228,9 +241,15 @@ OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes,
       cma_(cma),
       cmaMinBytes_(cmaMinBytes),
       local_(std::move(local)),
-      seen_(comm->nranks(), 0),
+      seen_{std::vector<uint64_t>(comm->nranks(), 0), std::vector<uint64_t>(comm->nranks(), 0)},
       seenAck_(comm->nranks(), 0),
       srcs_(comm->nranks(), nullptr) {}
+
+int OneShot::classOf(const OneShotOp& op) const {
+  const size_t b = op.direct ? sizeof(DirectRecord)
+                             : slotBytesFor(op.coll, op.count, op.elemSize, nranks_);
+  return b <= ArenaSegment::kSmallSlotBytes ? 0 : 1;
+}
 
 bool OneShot::takes(Collective coll, size_t count, size_t elemSize, bool* direct) const {
   const size_t b = slotBytesFor(coll, count, elemSize, nranks_);
@@ -259,7 +278,7 @@ Status OneShot::readPeer(int q, const void* remote, void* local, size_t bytes) {
 }
 
 Status OneShot::readDirect(const OneShotOp& op) {
-  const int slot = slotOf(op.seq);
+  const int slot = slotOf(op.cls, op.seq);
   const size_t blk = op.count * op.elemSize;
   auto recordOf = [&](int q) {
     DirectRecord d;
@@ -284,10 +303,11 @@ Status OneShot::readDirect(const OneShotOp& op) {
   return Status::ok();
 }
 
-bool OneShot::published(int q, uint64_t seq) {
-  if (seen_[q] >= seq) return true;
-  uint64_t v = seg_->seq(q, slotOf(seq)).load(std::memory_order_acquire);
-  if (v > seen_[q]) seen_[q] = v;
+bool OneShot::published(int q, int cls, uint64_t seq) {
+  uint64_t& seen = seen_[cls][q];
+  if (seen >= seq) return true;
+  uint64_t v = seg_->seq(q, slotOf(cls, seq)).load(std::memory_order_acquire);
+  if (v > seen) seen = v;
   return v >= seq;
 }
 
@@ -295,11 +315,12 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
   if (op.done) return Status::ok();
   const size_t es = op.elemSize;
   if (op.seq == 0) {
-    const uint64_t c = nextSeq_;
-    if (const uint64_t bound = reuseBound(c))
+    const int cls = classOf(op);
+    const uint64_t c = nextSeq_[cls];
+    if (const uint64_t bound = reuseBound(cls, c))
       for (int q = 0; q < nranks_; ++q)
-        if (!published(q, bound)) return Status::ok();
-    const int slot = slotOf(c);
+        if (!published(q, cls, bound)) return Status::ok();
+    const int slot = slotOf(cls, c);
     const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
     if (op.direct) {
       const bool owns = op.coll == Collective::kAllGather || rank_ == op.root;
@@ -314,13 +335,14 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     }
     seg_->signature(rank_, slot) = signatureOf(op);
     seg_->seq(rank_, slot).store(c, std::memory_order_release);
-    seen_[rank_] = c;
+    seen_[cls][rank_] = c;
+    op.cls = static_cast<uint8_t>(cls);
     op.seq = c;
-    ++nextSeq_;
+    ++nextSeq_[cls];
     *moved = true;
   }
   for (int q = 0; q < nranks_; ++q)
-    if (needs(op, rank_, q) && !published(q, op.seq)) return Status::ok();
+    if (needs(op, rank_, q) && !published(q, op.cls, op.seq)) return Status::ok();
   if (!op.readsDone) {
     for (int q = 0; q < nranks_; ++q)
       if (needs(op, rank_, q)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
@@ -345,7 +367,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
 }
 
 Status OneShot::checkSignature(const OneShotOp& op, int q) {
-  const int slot = slotOf(op.seq);
+  const int slot = slotOf(op.cls, op.seq);
   const uint64_t theirs = seg_->signature(q, slot);
   const uint64_t mine = signatureOf(op);
   // A direct operation's record holds the full count; the other side of a
@@ -368,7 +390,7 @@ Status OneShot::checkSignature(const OneShotOp& op, int q) {
 }
 
 void OneShot::complete(OneShotOp& op) {
-  const int slot = slotOf(op.seq);
+  const int slot = slotOf(op.cls, op.seq);
   const size_t n = op.count, es = op.elemSize;
   const RedOp red = op.spec.op == RedOp::kPreMulSum ? RedOp::kSum : op.spec.op;
   switch (op.coll) {
@@ -400,7 +422,8 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
   if (comm_->aborted()) return invalidUsage("communicator aborted");
   // Whom this rank waits for: everyone's progress before posting (slot
   // reuse), then the ranks whose data it needs.
-  const uint64_t seq = op.seq ? op.seq : reuseBound(nextSeq_);
+  const int cls = op.seq ? op.cls : classOf(op);
+  const uint64_t seq = op.seq ? op.seq : reuseBound(cls, nextSeq_[cls]);
   std::vector<int> waiting;
   for (int q = 0; q < nranks_; ++q) {
     if (q == rank_) continue;
@@ -409,7 +432,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
       continue;
     }
     if (op.seq && !needs(op, rank_, q)) continue;
-    if (!published(q, seq)) waiting.push_back(q);
+    if (!published(q, cls, seq)) waiting.push_back(q);
   }
   const char* what = algo::collectiveName(op.coll);
   for (int q : waiting) {

@@ -1,14 +1,18 @@
 // One-shot collectives for small messages on one host, through the node arena
 // (transports/shm/shm_arena.h): the latency path.
 //
-// Protocol. Operations on the arena are numbered 1, 2, ... per communicator;
-// every rank runs the same ones in the same order (the choice depends only on
-// the call's collective, count and datatype, which all ranks share). For
-// operation c, rank r:
-//   1. waits until every rank has published c-K+1, K = ArenaSegment::kSlots
-//      (so nobody still reads slot c%K, which r is about to overwrite: its
-//      previous use was c-K, and a rank publishes c-K+1 only after it
-//      finished c-K); a rank may thus run up to K-1 operations ahead;
+// Protocol. An operation uses a small slot when its contribution fits one
+// (ArenaSegment::kSmallSlotBytes, K = 64 of them per rank) and a large one
+// otherwise (K = 8). Operations of each class are numbered 1, 2, ... per
+// communicator; every rank runs the same ones in the same order (the choice
+// depends only on the call's collective, count and datatype, which all ranks
+// share). For operation c of a class, rank r:
+//   1. waits until every rank has published c-K+1 of that class (so nobody
+//      still reads slot c%K, which r is about to overwrite: its previous use
+//      was c-K, and a rank publishes an operation only after it finished
+//      every earlier one); a rank may thus run up to K-1 operations of a
+//      class ahead (63 small ones: a broadcast root on a host with more ranks
+//      than cores hands over many messages per time slice);
 //   2. writes its contribution (if the collective has one from r) into its
 //      slot c%K and publishes c there (release);
 //   3. waits for the ranks whose data it needs to publish c, then reads their
@@ -67,7 +71,8 @@ struct OneShotOp {
   int redop = 0;  // ncclRedOp_t as called (checked across ranks with the rest)
   bool direct = false;  // single-copy: peers read this rank's send buffer
   // Progress state.
-  uint64_t seq = 0;  // 0 until posted
+  uint8_t cls = 0;   // slot class (OneShot::classOf), set when posted
+  uint64_t seq = 0;  // 0 until posted; numbered per class
   bool readsDone = false;  // direct: this rank copied what it needs
   bool done = false;
 };
@@ -113,7 +118,11 @@ class OneShot {
   bool peerGone(int rank) const { return seg_->state(rank) != transport::shm::ArenaSegment::kOpen; }
 
  private:
-  bool published(int rank, uint64_t seq);
+  bool published(int rank, int cls, uint64_t seq);
+  // Which slots the operation uses: 0 the small ones (up to
+  // ArenaSegment::kSmallSlotBytes, and every single-copy record), 1 the
+  // large ones. Each class numbers its operations on its own.
+  int classOf(const OneShotOp& op) const;
   bool acked(int rank, uint64_t seq);
   Status checkSignature(const OneShotOp& op, int q);
   void complete(OneShotOp& op);
@@ -128,9 +137,9 @@ class OneShot {
   bool cma_;            // single-copy operations are on
   size_t cmaMinBytes_;  // ... from this many bytes per rank
   std::vector<bool> local_;  // per rank: in this process (memcpy, no system call)
-  uint64_t nextSeq_ = 1;
+  uint64_t nextSeq_[2] = {1, 1};  // per slot class
   uint64_t directOps_ = 0;
-  std::vector<uint64_t> seen_;  // highest sequence number seen per rank
+  std::vector<uint64_t> seen_[2];  // per class, the highest sequence number seen per rank
   std::vector<uint64_t> seenAck_;  // highest acknowledgement seen per rank
   std::vector<const void*> srcs_;
 };

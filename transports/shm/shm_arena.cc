@@ -18,7 +18,7 @@ namespace tutti::transport::shm {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x3141526974747574ull;  // "tuttiRA1" little-endian
-constexpr uint32_t kArenaVersion = 3;
+constexpr uint32_t kArenaVersion = 4;
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;  // stored last by the creator
@@ -34,6 +34,11 @@ size_t acksOffset(int nranks) {
 }
 size_t slotsOffset(int nranks) { return acksOffset(nranks) + kLine * static_cast<size_t>(nranks); }
 size_t strideFor(size_t slotBytes) { return roundUp(16 + slotBytes, kLine); }
+size_t perRankBytes(size_t slotBytes) {
+  static_assert(ArenaSegment::kSmallSlotBytes % kLine == kLine - 16);
+  return ArenaSegment::kSmallSlots * (ArenaSegment::kSmallSlotBytes + 16) +
+         size_t{ArenaSegment::kSlots} * strideFor(slotBytes);
+}
 
 }  // namespace
 
@@ -52,9 +57,8 @@ bool processDead(pid_t pid) {
 }
 
 size_t ArenaSegment::segmentBytes(int nranks, size_t slotBytes) {
-  return roundUp(
-      slotsOffset(nranks) + size_t{kSlots} * static_cast<size_t>(nranks) * strideFor(slotBytes),
-      kPage);
+  return roundUp(slotsOffset(nranks) + static_cast<size_t>(nranks) * perRankBytes(slotBytes),
+                 kPage);
 }
 
 std::string ArenaSegment::makeName(uint64_t commHash) {
@@ -71,6 +75,7 @@ ArenaSegment::ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_
       rank_(rank),
       slotBytes_(slotBytes),
       stride_(strideFor(slotBytes)),
+      perRank_(perRankBytes(slotBytes)),
       states_(reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(base) +
                                                        statesOffset())),
       acks_(static_cast<uint8_t*>(base) + acksOffset(nranks)),

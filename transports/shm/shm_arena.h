@@ -8,11 +8,16 @@
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
 // - Layout: a header, one state word per rank, one acknowledgement word per
-//   rank (its own cache line), then per rank kSlots slots
-//   (operation c uses slot c % kSlots). A slot is a 64-bit sequence
-//   word and a 64-bit signature followed, in the same cache line, by
-//   `slotBytes` of payload, so a small message and its flag travel together.
-//   Slots are kLine-aligned.
+//   rank (its own cache line), then per rank kSmallSlots small slots of
+//   kSmallSlotBytes payload followed by kSlots large slots of `slotBytes`
+//   payload. Slot index i < kSmallSlots is small slot i, index
+//   kSmallSlots + j large slot j (which operation uses which slot is the
+//   caller's protocol: core/oneshot.h). A slot is a 64-bit sequence word and
+//   a 64-bit signature followed, in the same cache line, by its payload, so a
+//   small message and its flag travel together. Slots are kLine-aligned.
+//   Many small slots let a rank run far ahead of its peers (a broadcast root
+//   on an oversubscribed host) at little memory cost; the few large ones hold
+//   the larger one-shot messages.
 // - Rank r writes only its own slots and its own state word; everyone reads
 //   everything. A writer fills the payload, then publishes with a release
 //   store of the sequence word; readers acquire it before reading payload.
@@ -42,8 +47,10 @@ bool processDead(pid_t pid);
 class ArenaSegment {
  public:
   enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
-  // Slots per rank: how many operations a rank may run ahead of the slowest
-  // (a broadcast root, say) is kSlots - 1.
+  // Slots per rank, of each size: how many operations of a size a rank may
+  // run ahead of the slowest (a broadcast root, say) is the count - 1.
+  static constexpr int kSmallSlots = 64;
+  static constexpr size_t kSmallSlotBytes = 1024 - 16;  // one 1 KiB stride
   static constexpr int kSlots = 8;
 
   static Result<std::unique_ptr<ArenaSegment>> create(const std::string& name, int rank,
@@ -69,6 +76,7 @@ class ArenaSegment {
     return *reinterpret_cast<uint64_t*>(slot(rank, index) + 8);
   }
   uint8_t* payload(int rank, int index) { return slot(rank, index) + kSlotHeader; }
+  // Payload bytes of a large slot.
   size_t slotBytes() const { return slotBytes_; }
 
   // Rank r's acknowledgement word: the caller's protocol says what it counts
@@ -84,14 +92,17 @@ class ArenaSegment {
  private:
   static constexpr size_t kSlotHeader = 16;  // sequence word + signature
   ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_t slotBytes);
+  static constexpr size_t kSmallStride = kSmallSlotBytes + kSlotHeader;
   uint8_t* slot(int rank, int index) {
-    return slots_ + (static_cast<size_t>(rank) * kSlots + index) * stride_;
+    uint8_t* mine = slots_ + static_cast<size_t>(rank) * perRank_;
+    if (index < kSmallSlots) return mine + static_cast<size_t>(index) * kSmallStride;
+    return mine + kSmallSlots * kSmallStride + static_cast<size_t>(index - kSmallSlots) * stride_;
   }
 
   void* base_;
   size_t bytes_;
   int rank_;
-  size_t slotBytes_, stride_;
+  size_t slotBytes_, stride_, perRank_;
   std::atomic<uint32_t>* states_;
   uint8_t* acks_;
   uint8_t* slots_;
