@@ -333,8 +333,13 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
       else
         memcpy(dst, op.send, bytes);
     }
-    seg_->signature(rank_, slot) = signatureOf(op);
+    const uint64_t sig = signatureOf(op);
+    seg_->signature(rank_, slot) = sig;
     seg_->seq(rank_, slot).store(c, std::memory_order_release);
+    op.global = nextGlobal_++;
+    seg_->postedSignature(rank_).store(sig, std::memory_order_relaxed);
+    seg_->posted(rank_).store(op.global << 1 | static_cast<uint64_t>(cls),
+                              std::memory_order_release);
     seen_[cls][rank_] = c;
     op.cls = static_cast<uint8_t>(cls);
     op.seq = c;
@@ -381,12 +386,16 @@ Status OneShot::checkSignature(const OneShotOp& op, int q) {
   } else if (theirs == mine) {
     return Status::ok();
   }
+  return mismatch(op, q, describeSignature(theirs, theirCount));
+}
+
+Status OneShot::mismatch(const OneShotOp& op, int q, const std::string& theirs) {
   return invalidUsage(fmt::format(
       "collective mismatch at one-shot operation {}: {} called {} but rank {} called {}: the "
       "ranks called collectives in a different order or with different counts, datatypes, ops "
       "or roots",
-      op.seq, comm_->describePeer(q), describeSignature(theirs, theirCount), rank_,
-      describeSignature(mine, op.count)));
+      op.global, comm_->describePeer(q), theirs, rank_,
+      describeSignature(signatureOf(op), op.count)));
 }
 
 void OneShot::complete(OneShotOp& op) {
@@ -432,7 +441,20 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
       continue;
     }
     if (op.seq && !needs(op, rank_, q)) continue;
-    if (!published(q, cls, seq)) waiting.push_back(q);
+    if (published(q, cls, seq)) continue;
+    if (op.seq) {
+      // q has posted this operation (or a later one) in the other class:
+      // its call differs from this rank's. (Read before looking again at
+      // the slot: q publishes the slot first.)
+      const uint64_t p = seg_->posted(q).load(std::memory_order_acquire);
+      if (!published(q, cls, seq) && (p >> 1) >= op.global) {
+        const uint64_t sig = seg_->postedSignature(q).load(std::memory_order_relaxed);
+        return mismatch(op, q,
+                        (p >> 1) == op.global ? describeSignature(sig, sig >> 40)
+                                              : std::string("a collective of another size"));
+      }
+    }
+    waiting.push_back(q);
   }
   const char* what = algo::collectiveName(op.coll);
   for (int q : waiting) {

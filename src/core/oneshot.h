@@ -15,6 +15,10 @@
 //      than cores hands over many messages per time slice);
 //   2. writes its contribution (if the collective has one from r) into its
 //      slot c%K and publishes c there (release);
+//      It also records, in its own line of the arena, the operation's number
+//      among all operations and its signature: a peer that waits for r in one
+//      class while r has posted that operation in the other reports the
+//      mismatch instead of waiting for the timeout;
 //   3. waits for the ranks whose data it needs to publish c, then reads their
 //      slots directly: all-reduce, all-gather and reduce-scatter read every
 //      slot, broadcast the root's, reduce (root only) every slot.
@@ -73,6 +77,7 @@ struct OneShotOp {
   // Progress state.
   uint8_t cls = 0;   // slot class (OneShot::classOf), set when posted
   uint64_t seq = 0;  // 0 until posted; numbered per class
+  uint64_t global = 0;  // number among all of the arena's operations
   bool readsDone = false;  // direct: this rank copied what it needs
   bool done = false;
 };
@@ -125,6 +130,8 @@ class OneShot {
   int classOf(const OneShotOp& op) const;
   bool acked(int rank, uint64_t seq);
   Status checkSignature(const OneShotOp& op, int q);
+  // The error for rank q having called `theirs` where this rank called op.
+  Status mismatch(const OneShotOp& op, int q, const std::string& theirs);
   void complete(OneShotOp& op);
   // Direct operations: copies what this rank needs from its peers' buffers.
   Status readDirect(const OneShotOp& op);
@@ -138,6 +145,7 @@ class OneShot {
   size_t cmaMinBytes_;  // ... from this many bytes per rank
   std::vector<bool> local_;  // per rank: in this process (memcpy, no system call)
   uint64_t nextSeq_[2] = {1, 1};  // per slot class
+  uint64_t nextGlobal_ = 1;       // both classes
   uint64_t directOps_ = 0;
   std::vector<uint64_t> seen_[2];  // per class, the highest sequence number seen per rank
   std::vector<uint64_t> seenAck_;  // highest acknowledgement seen per rank

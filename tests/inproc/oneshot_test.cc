@@ -160,6 +160,25 @@ TEST_F(OneShotEnv, RootMismatchIsReported) {
   });
 }
 
+// Counts that put the ranks' calls in different slot classes (64 bytes: a
+// small slot; 4000 bytes: a large one) are reported on both ranks, promptly,
+// not after TUTTI_TIMEOUT.
+TEST_F(OneShotEnv, SlotClassMismatchIsReported) {
+  setenv("TUTTI_TIMEOUT", "20", 1);
+  runRanks(2, [](int r, ncclComm_t comm) {
+    const size_t count = r == 0 ? 16 : 1000;
+    std::vector<int32_t> in(count, 1), out(count, 0);
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t rc = ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(rc, ncclInvalidUsage);
+    std::string err = ncclGetLastError(comm);
+    EXPECT_NE(err.find("collective mismatch"), std::string::npos) << err;
+    EXPECT_NE(err.find(r == 0 ? "of 1000 x" : "of 16 x"), std::string::npos) << err;
+    EXPECT_LT(s, 5.0);
+  });
+}
+
 // A rank that destroys its communicator while a peer waits for it in the
 // arena: the peer fails fast, naming it, instead of waiting for the timeout.
 TEST_F(OneShotEnv, PeerThatLeftIsNamed) {

@@ -7,8 +7,8 @@
 //   <random>", O_EXCL, mode 0600, pages reserved with posix_fallocate), the
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
-// - Layout: a header, one state word per rank, one acknowledgement word per
-//   rank (its own cache line), then per rank kSmallSlots small slots of
+// - Layout: a header, one state word per rank, one line per rank of words
+//   only that rank writes (acknowledgement, last posted operation), then per rank kSmallSlots small slots of
 //   kSmallSlotBytes payload followed by kSlots large slots of `slotBytes`
 //   payload. Slot index i < kSmallSlots is small slot i, index
 //   kSmallSlots + j large slot j (which operation uses which slot is the
@@ -82,9 +82,12 @@ class ArenaSegment {
   // Rank r's acknowledgement word: the caller's protocol says what it counts
   // (core/oneshot.h: the last single-copy operation r finished reading).
   // Only rank r writes it.
-  std::atomic<uint64_t>& ack(int rank) {
-    return *reinterpret_cast<std::atomic<uint64_t>*>(acks_ + static_cast<size_t>(rank) * kLine);
-  }
+  std::atomic<uint64_t>& ack(int rank) { return word(rank, 0); }
+  // Rank r's last posted operation and its signature, in the same line (the
+  // caller's encoding; core/oneshot.h uses them to name a mismatch between
+  // ranks whose calls went to different slot classes). Only rank r writes.
+  std::atomic<uint64_t>& posted(int rank) { return word(rank, 1); }
+  std::atomic<uint64_t>& postedSignature(int rank) { return word(rank, 2); }
 
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
   void markFailed() { states_[rank_].store(kFailed, std::memory_order_release); }
@@ -93,6 +96,9 @@ class ArenaSegment {
   static constexpr size_t kSlotHeader = 16;  // sequence word + signature
   ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_t slotBytes);
   static constexpr size_t kSmallStride = kSmallSlotBytes + kSlotHeader;
+  std::atomic<uint64_t>& word(int rank, int i) {
+    return reinterpret_cast<std::atomic<uint64_t>*>(acks_ + static_cast<size_t>(rank) * kLine)[i];
+  }
   uint8_t* slot(int rank, int index) {
     uint8_t* mine = slots_ + static_cast<size_t>(rank) * perRank_;
     if (index < kSmallSlots) return mine + static_cast<size_t>(index) * kSmallStride;
