@@ -21,9 +21,7 @@ using transport::shm::ArenaSegment;
 using Clock = std::chrono::steady_clock;
 
 // Slots of each class: 0 small, 1 large.
-uint64_t slotsIn(int cls) {
-  return cls == 0 ? ArenaSegment::kSmallSlots : ArenaSegment::kSlots;
-}
+uint64_t slotsIn(int cls) { return cls == 0 ? ArenaSegment::kSmallSlots : ArenaSegment::kSlots; }
 
 // The slot index of operation c of class cls.
 int slotOf(int cls, uint64_t c) {
@@ -86,8 +84,7 @@ uint64_t signatureOf(const OneShotOp& op) {
 std::string describeSignature(uint64_t sig, uint64_t count) {
   auto coll = static_cast<Collective>(sig & 0xff);
   auto dt = static_cast<DataType>((sig >> 8) & 0xff);
-  std::string s =
-      fmt::format("{} of {} x {}", algo::collectiveName(coll), count, dataTypeName(dt));
+  std::string s = fmt::format("{} of {} x {}", algo::collectiveName(coll), count, dataTypeName(dt));
   if (coll == Collective::kAllReduce || coll == Collective::kReduce ||
       coll == Collective::kReduceScatter)
     s += fmt::format(" op {}", (sig >> 16) & 0xff);
@@ -223,10 +220,10 @@ Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotByt
     cma = cma && r.cmaOk;
   }
   const size_t oneShotMax = static_cast<size_t>(std::max<int64_t>(agreed, 0));
-  TUTTI_INFO(log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank{}", nranks, oneShotMax,
-             cma ? fmt::format("; single-copy all-gather and broadcast above that, from {} bytes",
-                               cmaMin)
-                 : std::string());
+  TUTTI_INFO(
+      log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank{}", nranks, oneShotMax,
+      cma ? fmt::format("; single-copy all-gather and broadcast above that, from {} bytes", cmaMin)
+          : std::string());
   return std::unique_ptr<OneShot>(new OneShot(comm, std::move(seg), oneShotMax, cma,
                                               static_cast<size_t>(cmaMin), std::move(local)));
 }
@@ -246,8 +243,8 @@ OneShot::OneShot(Comm* comm, std::unique_ptr<ArenaSegment> seg, size_t maxBytes,
       srcs_(comm->nranks(), nullptr) {}
 
 int OneShot::classOf(const OneShotOp& op) const {
-  const size_t b = op.direct ? sizeof(DirectRecord)
-                             : slotBytesFor(op.coll, op.count, op.elemSize, nranks_);
+  const size_t b =
+      op.direct ? sizeof(DirectRecord) : slotBytesFor(op.coll, op.count, op.elemSize, nranks_);
   return b <= ArenaSegment::kSmallSlotBytes ? 0 : 1;
 }
 
@@ -272,8 +269,8 @@ Status OneShot::readPeer(int q, const void* remote, void* local, size_t bytes) {
     memcpy(local, remote, bytes);
     return Status::ok();
   }
-  Status st = transport::shm::cma::read(static_cast<pid_t>(comm_->peer(q).pid), remote, local,
-                                        bytes);
+  Status st =
+      transport::shm::cma::read(static_cast<pid_t>(comm_->peer(q).pid), remote, local, bytes);
   return st ? st : st.withContext(fmt::format("{} (single-copy path): ", comm_->describePeer(q)));
 }
 

@@ -14,11 +14,11 @@
 //      class ahead (63 small ones: a broadcast root on a host with more ranks
 //      than cores hands over many messages per time slice);
 //   2. writes its contribution (if the collective has one from r) into its
-//      slot c%K and publishes c there (release);
-//      It also records, in its own line of the arena, the operation's number
-//      among all operations and its signature: a peer that waits for r in one
-//      class while r has posted that operation in the other reports the
-//      mismatch instead of waiting for the timeout;
+//      slot c%K and publishes c there (release). It also records, in its
+//      own line of the arena, the operation's number among all operations
+//      and its signature: a peer that waits for r in one class while r has
+//      posted that operation in the other reports the mismatch instead of
+//      waiting for the timeout;
 //   3. waits for the ranks whose data it needs to publish c, then reads their
 //      slots directly: all-reduce, all-gather and reduce-scatter read every
 //      slot, broadcast the root's, reduce (root only) every slot.
@@ -31,16 +31,16 @@
 // the final sum.
 //
 // Single-copy operations (off unless TUTTI_CMA=1). All-gather and broadcast
-// above the slot size (and at least TUTTI_CMA_MIN_BYTES) take the same path without copying their data
-// into the arena: the slot carries the address of the rank's send buffer and
-// the count, and each reader copies straight from the owner's buffer into its
-// own receive buffer with cross-memory attach (transports/shm/cma.h; a plain
-// memcpy between ranks of one process). Each reader then raises its
-// acknowledgement word to c, and an owner completes c only when every rank that
-// reads its buffer acknowledged c, so no rank returns (and lets its caller
-// touch the buffer) while a peer still reads it. The ranks agree at create()
-// whether every one of them can read every other (a probe of a canary value),
-// else none uses the path.
+// above the slot size (and at least TUTTI_CMA_MIN_BYTES) take the same path
+// without copying their data into the arena: the slot carries the address of
+// the rank's send buffer and the count, and each reader copies straight from
+// the owner's buffer into its own receive buffer with cross-memory attach
+// (transports/shm/cma.h; a plain memcpy between ranks of one process). Each
+// reader then raises its acknowledgement word to c, and an owner completes c
+// only when every rank that reads its buffer acknowledged c, so no rank
+// returns (and lets its caller touch the buffer) while a peer still reads it.
+// The ranks agree at create() whether every one of them can read every other
+// (a probe of a canary value), else none uses the path.
 //
 // Waiting: progress() never blocks; the caller spins, yields or naps
 // (core/backoff.h) and calls check() now and then, which reports a peer whose
@@ -72,12 +72,12 @@ struct OneShotOp {
   size_t elemSize = 0;
   algo::ReduceSpec spec;
   int root = 0;
-  int redop = 0;  // ncclRedOp_t as called (checked across ranks with the rest)
+  int redop = 0;        // ncclRedOp_t as called (checked across ranks with the rest)
   bool direct = false;  // single-copy: peers read this rank's send buffer
   // Progress state.
-  uint8_t cls = 0;   // slot class (OneShot::classOf), set when posted
-  uint64_t seq = 0;  // 0 until posted; numbered per class
-  uint64_t global = 0;  // number among all of the arena's operations
+  uint8_t cls = 0;         // slot class (OneShot::classOf), set when posted
+  uint64_t seq = 0;        // 0 until posted; numbered per class
+  uint64_t global = 0;     // number among all of the arena's operations
   bool readsDone = false;  // direct: this rank copied what it needs
   bool done = false;
 };
@@ -115,8 +115,8 @@ class OneShot {
   // This rank failed: peers waiting on it stop with an error.
   void markFailed() { seg_->markFailed(); }
 
-  OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes,
-          bool cma, size_t cmaMinBytes, std::vector<bool> local);
+  OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes, bool cma,
+          size_t cmaMinBytes, std::vector<bool> local);
   // A peer's arena state is failed or closed (the executor asks this of the
   // peers it waits on, so a rank that failed on the one-shot path does not
   // leave a peer in a schedule waiting for its timeout).
@@ -141,9 +141,9 @@ class OneShot {
   std::unique_ptr<transport::shm::ArenaSegment> seg_;
   int rank_, nranks_;
   size_t maxBytes_;
-  bool cma_;            // single-copy operations are on
-  size_t cmaMinBytes_;  // ... from this many bytes per rank
-  std::vector<bool> local_;  // per rank: in this process (memcpy, no system call)
+  bool cma_;                      // single-copy operations are on
+  size_t cmaMinBytes_;            // ... from this many bytes per rank
+  std::vector<bool> local_;       // per rank: in this process (memcpy, no system call)
   uint64_t nextSeq_[2] = {1, 1};  // per slot class
   uint64_t nextGlobal_ = 1;       // both classes
   uint64_t directOps_ = 0;

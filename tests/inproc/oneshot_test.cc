@@ -169,7 +169,8 @@ TEST_F(OneShotEnv, SlotClassMismatchIsReported) {
     const size_t count = r == 0 ? 16 : 1000;
     std::vector<int32_t> in(count, 1), out(count, 0);
     auto t0 = std::chrono::steady_clock::now();
-    ncclResult_t rc = ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr);
+    ncclResult_t rc =
+        ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(rc, ncclInvalidUsage);
     std::string err = ncclGetLastError(comm);

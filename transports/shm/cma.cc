@@ -35,9 +35,9 @@ Status read(pid_t pid, const void* remote, void* local, size_t bytes) {
                         err);
     }
     if (got == 0)
-      return remoteError(fmt::format(
-          "SHM: single-copy read from process {} made no progress ({} bytes left)",
-          static_cast<int>(pid), bytes));
+      return remoteError(
+          fmt::format("SHM: single-copy read from process {} made no progress ({} bytes left)",
+                      static_cast<int>(pid), bytes));
     dst += got;
     src += static_cast<uintptr_t>(got);
     bytes -= static_cast<size_t>(got);

@@ -8,9 +8,9 @@
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
 // - Layout: a header, one state word per rank, one line per rank of words
-//   only that rank writes (acknowledgement, last posted operation), then per rank kSmallSlots small slots of
-//   kSmallSlotBytes payload followed by kSlots large slots of `slotBytes`
-//   payload. Slot index i < kSmallSlots is small slot i, index
+//   only that rank writes (acknowledgement, last posted operation), then per
+//   rank kSmallSlots small slots of kSmallSlotBytes payload followed by
+//   kSlots large slots of `slotBytes` payload. Slot index i < kSmallSlots is small slot i, index
 //   kSmallSlots + j large slot j (which operation uses which slot is the
 //   caller's protocol: core/oneshot.h). A slot is a 64-bit sequence word and
 //   a 64-bit signature followed, in the same cache line, by its payload, so a
