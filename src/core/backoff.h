@@ -58,7 +58,6 @@ class Backoff {
   // (only then is idleFor() worth a clock read).
   uint64_t idleIters() const { return iters_; }
   bool pastSpin() const { return phase_ != kSpinning; }
-  bool napping() const { return phase_ == kNapping; }
   // Time since the spin phase ended (0 while spinning).
   Clock::duration idleFor() const {
     return phase_ == kSpinning ? Clock::duration(0) : Clock::now() - since_;

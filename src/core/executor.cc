@@ -614,14 +614,18 @@ Status execute(std::vector<Work*>& work) {
   for (;;) {
     // Which sockets can move bytes: without waiting after progress, while
     // shared-memory channels must be spun on, or while the backoff spins
-    // (about 20 us) or, with more local ranks than cores, yields the core
-    // (up to 5 ms); else sleeping up to 1 ms until a socket is ready. Waking
-    // from a sleeping poll() costs a context switch per message: measured
-    // side by side, spinning made TCP all-reduce on 2 ranks 1.25-1.45x
-    // faster at 512 KiB-2 MiB, and yielding made it 1.3-1.7x faster at
-    // 512 KiB-8 MiB on 4 ranks sharing 2 cores (a yielding rank hands its
-    // core to the peer it waits for; a sleeping one waits for the scheduler).
-    const bool spin = oversubscribed ? !backoff.napping() : !backoff.pastSpin();
+    // (about 20 us, and only when every local rank has a core: each try is
+    // a system call that would take the core a peer needs); else sleeping up
+    // to 1 ms until a socket is ready. Waking from a sleeping poll() costs a
+    // context switch per message: measured side by side, spinning made TCP
+    // all-reduce on 2 ranks 1.25-1.45x faster at 512 KiB-2 MiB. Polling
+    // through the yield phase as well (sched_yield between polls) made 4
+    // ranks on 2 cores 1.3-1.7x faster at 512 KiB-8 MiB on an idle machine,
+    // but 4-10x slower for small messages once other processes competed for
+    // the cores (a yielding rank hands its core to whoever runs next, for a
+    // whole time slice; a sleeping one is woken when its data arrives): not
+    // done.
+    const bool spin = !oversubscribed && !backoff.pastSpin();
     fds.clear();
     owners.clear();
     bool unpollable = false;
