@@ -614,9 +614,10 @@ Status execute(std::vector<Work*>& work) {
   for (;;) {
     // Which sockets can move bytes: without waiting after progress, while
     // shared-memory channels must be spun on, or while the backoff spins
-    // (about 20 us, and only when every local rank has a core: each try is
-    // a system call that would take the core a peer needs); else sleeping up
-    // to 1 ms until a socket is ready. Waking from a sleeping poll() costs a
+    // (one poll per pause of its spin phase, about a thousand: 0.5-3 ms with
+    // the system calls; only when every local rank has a core, as each try
+    // takes the core a peer needs); else sleeping up to 1 ms until a socket
+    // is ready. Waking from a sleeping poll() costs a
     // context switch per message: measured side by side, spinning made TCP
     // all-reduce on 2 ranks 1.25-1.45x faster at 512 KiB-2 MiB. Polling
     // through the yield phase as well (sched_yield between polls) made 4
@@ -667,7 +668,7 @@ Status execute(std::vector<Work*>& work) {
       }
     }
     if (!unpollable) {
-      if (spin) backoff.idle();  // pauses or yields, and counts the phase down
+      if (spin) backoff.idle();  // a pause; counts the spin phase down
       continue;
     }
     // Shared memory: spin briefly, then yield the core, then nap, so ranks
