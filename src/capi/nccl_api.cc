@@ -498,9 +498,7 @@ void runInit(ncclComm* c) {
     return;
   }
   c->impl = std::move(res.value());
-  bool oneHost = c->nranks >= 2;
-  for (int q = 0; q < c->nranks && oneHost; ++q) oneHost = c->impl->sameHost(q);
-  if (oneHost) {
+  if (c->nranks >= 2 && c->impl->allOnOneHost()) {
     auto ipc = tutti::capi::DeviceIpc::negotiate(c->impl.get(), c->backend, c->device);
     if (!ipc) {
       fail(static_cast<ncclResult_t>(ipc.status().code()),

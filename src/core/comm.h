@@ -81,6 +81,13 @@ class Comm {
   Bootstrap& bootstrap() { return *bootstrap_; }
   const PeerInfo& peer(int r) const { return bootstrap_->peers()[r]; }
   bool sameHost(int r) const { return peer(r).hostId == peer(rank_).hostId; }
+  // Every rank shares this rank's host identity (memory the host can map is
+  // reachable by all; TUTTI_TEST_NODES does not change this answer).
+  bool allOnOneHost() const {
+    for (int r = 0; r < nranks(); ++r)
+      if (!sameHost(r)) return false;
+    return true;
+  }
   uint64_t commHash() const { return bootstrap_->id().nonce; }
   std::string describePeer(int r) const;
 

@@ -145,9 +145,7 @@ size_t OneShot::slotBytesFor(Collective coll, size_t count, size_t elemSize, int
 Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotBytes) {
   const int rank = comm->rank(), nranks = comm->nranks();
   if (nranks < 2) return std::unique_ptr<OneShot>();
-  bool oneHost = true;
-  for (int r = 0; r < nranks; ++r) oneHost = oneHost && comm->sameHost(r);
-  if (!oneHost) return std::unique_ptr<OneShot>();  // every rank sees the same hosts
+  if (!comm->allOnOneHost()) return std::unique_ptr<OneShot>();  // the same answer on every rank
   // Settings may differ between processes: agree on the smallest slot, on
   // single-copy only if every rank wants it, and on the largest threshold.
   struct Offer {
