@@ -64,10 +64,18 @@ echo "rep,impl,transport,coll,np,bytes,time_us,busbw_gbs" > "$CSV"
 echo "rep,limit,gbs" > "$LIMITS"
 : > "$OUT/limits.log"  # details: each run's spread, each direction, socket buffers
 
-# tutti-perf runs a fixed number of iterations: many for small sizes (a call
-# takes well under a microsecond there), fewer above SPLIT bytes.
+# tutti-perf runs a fixed number of iterations per size, warming up only at
+# the smallest and largest size of each call: many for small sizes (a call
+# takes well under a microsecond there), 500 after 20 warm-up calls up to
+# MIDB bytes, 50 above. mpi_coll.c warms up at every size and then runs for
+# SECONDS_PER_SIZE. With 50 iterations of a few microseconds each, the ranks
+# catching up after the barrier that starts the timing dominate: a 128 KiB
+# all-gather on 2 ranks measured 1.2x slower (median of 3) than with 500, and
+# 5x at 32 KiB; the report of 2026-11-30 and earlier ones used 50 from 64 KiB up.
 SPLIT=$MINB
 while ((SPLIT <= 32768 && SPLIT <= MAXB)); do SPLIT=$((SPLIT * FACTOR)); done
+MIDB=$SPLIT
+while ((MIDB * FACTOR <= (2 << 20) && MIDB * FACTOR <= MAXB)); do MIDB=$((MIDB * FACTOR)); done
 tutti_run() {  # collective, transport shm|tcp, ranks
   local disable=0; [[ $2 == tcp ]] && disable=1
   # Column 1 is the size tutti-perf used (reduce_scatter and all_gather: rounded
@@ -78,8 +86,12 @@ tutti_run() {  # collective, transport shm|tcp, ranks
     NCCL_SHM_DISABLE=$disable "$PERF" "$1" -b "$MINB" -e $((SPLIT / FACTOR)) -f "$FACTOR" \
       -n 20000 -w 1000 -c 0 -a 3 --np "$3"
     if ((SPLIT <= MAXB)); then
-      NCCL_SHM_DISABLE=$disable "$PERF" "$1" -b "$SPLIT" -e "$MAXB" -f "$FACTOR" -n 50 -w 5 \
+      NCCL_SHM_DISABLE=$disable "$PERF" "$1" -b "$SPLIT" -e "$MIDB" -f "$FACTOR" -n 500 -w 20 \
         -c 0 -a 3 --np "$3"
+    fi
+    if ((MIDB * FACTOR <= MAXB)); then
+      NCCL_SHM_DISABLE=$disable "$PERF" "$1" -b $((MIDB * FACTOR)) -e "$MAXB" -f "$FACTOR" \
+        -n 50 -w 5 -c 0 -a 3 --np "$3"
     fi
   } | awk -v c="$1" -v t="$2" -v np="$3" \
     'BEGIN { f = c == "all_reduce" ? 2 * (np - 1) / np : c == "broadcast" ? 1 : (np - 1) / np }

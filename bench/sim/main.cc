@@ -56,7 +56,7 @@ struct AlgoChoice {
 const AlgoChoice kAlgos[] = {
     {"ring", CollArgs::Algo::kRing},     {"tree", CollArgs::Algo::kRecursiveDoubling},
     {"2dring", CollArgs::Algo::k2DRing}, {"hierarchical", CollArgs::Algo::kHierarchical},
-    {"auto", CollArgs::Algo::kAuto},
+    {"rabenseifner", CollArgs::Algo::kRabenseifner}, {"auto", CollArgs::Algo::kAuto},
 };
 
 struct TypeChoice {
@@ -229,7 +229,8 @@ void printUsage() {
       "...\n"
       "  -r, --root <rank>        root of broadcast, reduce, gather, scatter (default 0)\n"
       "      --inplace            simulate the in-place variant (default out-of-place)\n"
-      "  --algo <list>            ring, tree (recursive doubling), 2dring, hierarchical, auto,\n"
+      "  --algo <list>            ring, tree (recursive doubling), 2dring, hierarchical,\n"
+      "                           rabenseifner, auto,\n"
       "                           a comma list, or all (one column group each; default auto)\n"
       "  --intra-lat <us>         same-node latency per message (default 1)\n"
       "  --intra-bw <bw>          same-node bandwidth per rank and direction (default 5 GB/s)\n"

@@ -28,7 +28,7 @@ CollArgs::Algo chooseAllReduce(const CollArgs& a);
 bool useTwoLevelGather(const CollArgs& a);
 
 const char* algoName(CollArgs::Algo algo);
-// "ring", "tree", "2dring", "hierarchical" (case-insensitive; NCCL_ALGO may
+// "ring", "tree", "2dring", "hierarchical", "rabenseifner" (case-insensitive; NCCL_ALGO may
 // list several separated by commas: the first one known is taken); kAuto for
 // anything else.
 CollArgs::Algo parseAlgo(const std::string& value);

@@ -255,6 +255,8 @@ Schedule makeSchedule(const CollArgs& a) {
       const CollArgs::Algo algo = chooseAllReduce(a);
       if (algo == CollArgs::Algo::kRecursiveDoubling)
         recursiveDoublingAllReduce(&s, a);
+      else if (algo == CollArgs::Algo::kRabenseifner)
+        rabenseifnerAllReduce(&s, a);
       else if (algo == CollArgs::Algo::kHierarchical || algo == CollArgs::Algo::k2DRing)
         twoLevelAllReduce(&s, a, algo == CollArgs::Algo::k2DRing);
       else

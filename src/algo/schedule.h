@@ -173,22 +173,27 @@ struct CollArgs {
   size_t rdMaxBytes = 0;
   // kRecursiveDoubling is NCCL_ALGO=tree; k2DRing and kHierarchical are the
   // two-level algorithms (need `nodes` with more than one node; kHierarchical
-  // also selects the two-level all-gather and reduce-scatter).
+  // also selects the two-level all-gather and reduce-scatter); kRabenseifner
+  // (all-reduce: recursive halving, then doubling) is NCCL_ALGO=rabenseifner.
   enum class Algo : uint8_t {
     kAuto,
     kRing,
     kRecursiveDoubling,
     k2DRing,
-    kHierarchical
+    kHierarchical,
+    kRabenseifner
   } algo = Algo::kAuto;
   // Node layout (null: one node). Rings keep a node's ranks adjacent.
   const NodeMap* nodes = nullptr;
+  // Every peer is reached through shared memory (one host, shm not disabled).
+  bool sharedMemory = false;
   // For kAuto; null: the defaults of CostModel.
   const CostModel* cost = nullptr;
 };
 
 // The schedule for one rank: ring / chain / direct (src/algo/ring.cc),
-// recursive doubling (src/algo/recursive_doubling.cc) or two-level
+// recursive doubling (src/algo/recursive_doubling.cc), Rabenseifner's
+// (src/algo/rabenseifner.cc) or two-level
 // (src/algo/hierarchical.cc), chosen by the cost model (src/algo/cost_model.h)
 // unless `algo` forces one.
 Schedule makeSchedule(const CollArgs& a);

@@ -17,7 +17,8 @@ inline constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseRed
                           kPhaseDirect = 4, kPhaseRdPre = 5, kPhaseRd = 6, kPhaseRdPost = 7,
                           kPhaseNodeRs = 8, kPhaseToLeader = 9, kPhaseNetRs = 10,
                           kPhaseNetAg = 11, kPhaseNodeAg = 12, kPhaseSignRs = 13,
-                          kPhaseSignAg = 14;
+                          kPhaseSignAg = 14, kPhaseRabPre = 15, kPhaseRab = 16,
+                          kPhaseRabAg = 17, kPhaseRabPost = 18;
 
 inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
   return (phase << 56) | (x << 32) | j;
@@ -85,6 +86,9 @@ inline void addPeers(Schedule* s, std::initializer_list<int> peers, int self) {
 
 // Recursive-doubling all-reduce (recursive_doubling.cc).
 void recursiveDoublingAllReduce(Schedule* s, const CollArgs& a);
+
+// Rabenseifner's all-reduce: recursive halving, then doubling (rabenseifner.cc).
+void rabenseifnerAllReduce(Schedule* s, const CollArgs& a);
 
 // Two-level all-reduce across nodes (hierarchical.cc): hierarchical
 // (`viaLeaders` false) or 2D-ring (true). Needs a.nodes with >= 2 nodes.

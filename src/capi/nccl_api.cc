@@ -368,6 +368,7 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     a.chunkBytes = chunk;
     a.rdMaxBytes = comm->impl->rdMaxBytes();
     a.nodes = &comm->impl->nodeMap();
+    a.sharedMemory = comm->impl->sharedMemory();
     a.cost = &comm->impl->costModel();
     if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
         o->coll == Collective::kReduceScatter)
@@ -381,7 +382,9 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
         // halves (each side's own input exact, the other's encoded), so the
         // ranks would not end bit-identical: rings and two-level only.
         a.rdMaxBytes = 0;
-        if (algo::chooseAllReduce(a) == algo::CollArgs::Algo::kRecursiveDoubling)
+        const auto chosen = algo::chooseAllReduce(a);
+        if (chosen == algo::CollArgs::Algo::kRecursiveDoubling ||
+            chosen == algo::CollArgs::Algo::kRabenseifner)
           a.algo = algo::CollArgs::Algo::kRing;
       }
       s = algo::makeSchedule(a);

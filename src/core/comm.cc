@@ -143,6 +143,7 @@ Status Comm::agreeOnSelection() {
     int32_t forcedAlgo;
     int32_t compression;  // TUTTI_COMPRESSION: 0 off, 1 fp16, 2 bf16
     uint64_t compressionMinBytes;
+    int32_t sharedMemory;  // every peer through shared memory (as this rank connects)
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
@@ -161,9 +162,12 @@ Status Comm::agreeOnSelection() {
   }
   std::vector<Choice> all(nranks_);
   const int32_t compression = compressionEnv_.empty() ? 0 : compressionEnv_ == "fp16" ? 1 : 2;
-  all[rank_] = {mine.intra.latencyUs, mine.intra.bandwidthGBs, mine.inter.latencyUs,
-                mine.inter.bandwidthGBs, rdMaxBytes_, static_cast<int32_t>(forcedAlgo_),
-                compression, compressionMinBytes_};
+  const bool shm = allOnOneHost() && !params::getBool("NCCL_SHM_DISABLE", false);
+  all[rank_] = {mine.intra.latencyUs,  mine.intra.bandwidthGBs,
+                mine.inter.latencyUs,  mine.inter.bandwidthGBs,
+                rdMaxBytes_,           static_cast<int32_t>(forcedAlgo_),
+                compression,           compressionMinBytes_,
+                static_cast<int32_t>(shm)};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
@@ -173,6 +177,8 @@ Status Comm::agreeOnSelection() {
                "every rank picks the same algorithm");
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
+  // Feeds the algorithm choice, which every rank must make alike.
+  sharedMemory_ = c.sharedMemory != 0;
   // Compressed and plain messages do not mix: rank 0's TUTTI_COMPRESSION holds.
   if (c.compression != compression || c.compressionMinBytes != compressionMinBytes_)
     TUTTI_WARN("TUTTI_COMPRESSION or TUTTI_COMPRESSION_MIN_BYTES differ from rank 0's; rank 0's "

@@ -88,6 +88,9 @@ class Comm {
       if (!sameHost(r)) return false;
     return true;
   }
+  // Every peer is reached through shared memory: one host, NCCL_SHM_DISABLE
+  // unset (read at init).
+  bool sharedMemory() const { return sharedMemory_; }
   uint64_t commHash() const { return bootstrap_->id().nonce; }
   std::string describePeer(int r) const;
 
@@ -183,6 +186,7 @@ class Comm {
   algo::CollArgs::Algo forcedAlgo_ = algo::CollArgs::Algo::kAuto;
   std::string compressionEnv_;
   size_t compressionMinBytes_ = 256 << 10;
+  bool sharedMemory_ = false;
   bool oversubscribed_ = false;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> sendSeq_, recvSeq_;

@@ -98,9 +98,10 @@ class Run {
   int failedPeer() const { return failedPeer_; }
   Status checkStalled(Clock::time_point lastProgress);
   // Adds the sockets this run waits on; *unpollable when some pending
-  // channel has no fd (shared memory) and must be polled by trying.
+  // channel has no fd (shared memory) and must be polled by trying; *ready
+  // when some channel holds bytes read ahead (poll without waiting).
   void preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
-                   bool* unpollable);
+                   bool* unpollable, bool* ready);
 
  private:
   uint8_t* addr(uint32_t inst, const algo::Ref& r) const {
@@ -534,7 +535,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
 }
 
 void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
-                      bool* unpollable) {
+                      bool* unpollable, bool* ready) {
   if (smallNext_ < w_->small.size()) *unpollable = true;
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
@@ -544,15 +545,19 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
         continue;
       }
       short ev = 0;
-      const RecvState& rx = c_->channel(p.peer, ch).rx;
+      const Channel& chan = c_->channel(p.peer, ch);
+      const RecvState& rx = chan.rx;
       bool parked = rx.haveHeader && rx.hdr.seq != p.recvSeq;  // a later operation's message
       // A message of this operation held back for a dependency: no poll
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
-      if (p.recvsLeft && !p.closed[ch] && !parked && !held) ev |= POLLIN;
+      // Bytes the connection read ahead: a poll would not show them.
+      bool ahead = p.recvsLeft && !p.closed[ch] && !parked && !held && chan.conn->buffered();
+      if (ahead) *ready = true;
+      if (p.recvsLeft && !p.closed[ch] && !parked && !held && !ahead) ev |= POLLIN;
       if (p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty())) ev |= POLLOUT;
       p.canSend[ch] = 0;
-      p.canRecv[ch] = held ? 1 : 0;
+      p.canRecv[ch] = held || ahead ? 1 : 0;
       if (!ev) continue;
       fds->push_back({p.fd[ch], ev, 0});
       owners->emplace_back(&p, ch);
@@ -629,17 +634,19 @@ Status execute(std::vector<Work*>& work) {
     const bool spin = !oversubscribed && !backoff.pastSpin();
     fds.clear();
     owners.clear();
-    bool unpollable = false;
+    bool unpollable = false, ready = false;
     for (auto& r : runs)
-      if (!r->done()) r->preparePoll(&fds, &owners, &unpollable);
+      if (!r->done()) r->preparePoll(&fds, &owners, &unpollable, &ready);
     if (!fds.empty()) {
-      int rc = ::poll(fds.data(), fds.size(), progress || unpollable || spin ? 0 : 1);
+      int rc = ::poll(fds.data(), fds.size(), progress || unpollable || spin || ready ? 0 : 1);
       if (rc > 0) {
         for (size_t k = 0; k < fds.size(); ++k) {
           short re = fds[k].revents;
           PeerRun* p = owners[k].first;
           int ch = owners[k].second;
-          p->canRecv[ch] = (re & (POLLIN | POLLERR | POLLHUP)) != 0;
+          // |=: a receive known possible without the poll (held, read
+          // ahead) stays possible when the socket is polled for sending.
+          p->canRecv[ch] |= (re & (POLLIN | POLLERR | POLLHUP)) != 0;
           p->canSend[ch] = (re & (POLLOUT | POLLERR | POLLHUP)) != 0;
         }
       }

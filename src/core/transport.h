@@ -57,6 +57,10 @@ class Connection {
   virtual bool supportsPeek() const { return false; }
   // -1 when there is nothing to poll (spin/sleep instead).
   virtual int waitHint() const { return -1; }
+  // Bytes already taken off the wait handle and held by the connection
+  // (read ahead): tryRecv returns them although waitHint() may not poll
+  // readable.
+  virtual size_t buffered() const { return 0; }
   // Cheap liveness check used when a wait has made no progress for a while.
   virtual Status checkAlive() { return Status::ok(); }
   virtual void abort() {}

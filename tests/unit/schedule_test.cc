@@ -208,7 +208,10 @@ void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, Red
       prepare(&st,
               int32Args(Collective::kAllReduce, r, nm, count, op, divisor, inPlace, chunk, algo),
               count * 4, count * 4, 0);
-      if (algo != CollArgs::Algo::kAuto && nm.nNodes() > 1) {
+      // (two-level algorithms on one node run as the ring)
+      if (algo != CollArgs::Algo::kAuto &&
+          (nm.nNodes() > 1 ||
+           (algo != CollArgs::Algo::kHierarchical && algo != CollArgs::Algo::k2DRing))) {
         EXPECT_STREQ(st.s.algorithm.c_str(), algoName(algo));
       }
     }
@@ -235,9 +238,31 @@ TEST(TwoLevelAllReduce, EveryLayoutAndSize) {
       {{4, 1}},    {{1, 1, 1}}, {{3, 3}, true}, {{2, 1, 2}, true}, {{5, 3}},
   };
   for (const Layout& l : layouts)
-    for (Algo algo : {Algo::kHierarchical, Algo::k2DRing, Algo::kRing, Algo::kRecursiveDoubling})
+    for (Algo algo : {Algo::kHierarchical, Algo::k2DRing, Algo::kRing, Algo::kRecursiveDoubling,
+                      Algo::kRabenseifner})
       for (size_t count : {size_t{1}, size_t{5}, size_t{37}, size_t{1000}})
         for (bool inPlace : {false, true}) checkAllReduce(l, algo, count, RedOp::kSum, 0, inPlace, 64);
+}
+
+// Rabenseifner's all-reduce on one node and across nodes: powers of two and
+// the ranks past them (folded in and out), blocks thinner than a slice and
+// empty ones (count < ranks), in place and out of place.
+TEST(RabenseifnerAllReduce, EveryRankCountAndSize) {
+  for (int n = 2; n <= 9; ++n)
+    for (size_t count : {size_t{1}, size_t{5}, size_t{37}, size_t{1000}})
+      for (bool inPlace : {false, true})
+        checkAllReduce({{n}}, Algo::kRabenseifner, count, RedOp::kSum, 0, inPlace, 64);
+  checkAllReduce({{2, 2, 2}}, Algo::kRabenseifner, 1000, RedOp::kSum, 0, false, 64);
+  checkAllReduce({{1, 2, 3}}, Algo::kRabenseifner, 1001, RedOp::kSum, 0, true, 1 << 20);
+  checkAllReduce({{16}}, Algo::kRabenseifner, 4099, RedOp::kSum, 0, true, 256);
+  checkAllReduce({{13}}, Algo::kRabenseifner, 4099, RedOp::kSum, 0, false, 256);
+}
+
+TEST(RabenseifnerAllReduce, AverageAndPreMulSum) {
+  checkAllReduce({{6}}, Algo::kRabenseifner, 101, RedOp::kSum, 6, false, 32);
+  checkAllReduce({{8}}, Algo::kRabenseifner, 101, RedOp::kSum, 8, true, 32);
+  checkAllReduce({{4}}, Algo::kRabenseifner, 64, RedOp::kPreMulSum, 0, true, 16);
+  checkAllReduce({{5}}, Algo::kRabenseifner, 17, RedOp::kPreMulSum, 0, false, 1 << 20);
 }
 
 TEST(TwoLevelAllReduce, AverageAndPreMulSum) {
@@ -368,13 +393,31 @@ TEST(CostModel, PicksHierarchicalForLargeMultiNode) {
   const NodeMap one = NodeMap::singleNode(4);
   a.nodes = &one;
   a.count = 1 << 20;
+  // One node: Rabenseifner's for powers of two from 4 ranks over sockets,
+  // from 8 over shared memory; the ring otherwise.
+  EXPECT_EQ(chooseAllReduce(a), Algo::kRabenseifner);
+  a.sharedMemory = true;
   EXPECT_EQ(chooseAllReduce(a), Algo::kRing);
+  const NodeMap eight = NodeMap::singleNode(8);
+  a.nodes = &eight;
+  a.nranks = 8;
+  EXPECT_EQ(chooseAllReduce(a), Algo::kRabenseifner);
+  for (int n : {2, 3, 6}) {
+    const NodeMap m = NodeMap::singleNode(n);
+    a.nodes = &m;
+    a.nranks = n;
+    for (bool shm : {false, true}) {
+      a.sharedMemory = shm;
+      EXPECT_EQ(chooseAllReduce(a), Algo::kRing) << n << " ranks, shm " << shm;
+    }
+  }
 }
 
 TEST(CostModel, ParseAlgo) {
   EXPECT_EQ(parseAlgo("ring"), Algo::kRing);
   EXPECT_EQ(parseAlgo("Tree"), Algo::kRecursiveDoubling);
   EXPECT_EQ(parseAlgo("2dring"), Algo::k2DRing);
+  EXPECT_EQ(parseAlgo("Rabenseifner"), Algo::kRabenseifner);
   EXPECT_EQ(parseAlgo("HIERARCHICAL"), Algo::kHierarchical);
   EXPECT_EQ(parseAlgo("collnet,ring"), Algo::kRing);
   EXPECT_EQ(parseAlgo("nvls"), Algo::kAuto);

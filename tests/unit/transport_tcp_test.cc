@@ -11,10 +11,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/transport.h"
 #include "transport_test_util.h"
 #include "transports/tcp/socket_util.h"
+#include "transports/tcp/tcp_transport.h"
 
 namespace tutti::transport {
 namespace {
@@ -214,6 +216,50 @@ TEST(TcpTransport, SocketBufferSizesFromEnv) {
     EXPECT_GE(snd, std::min(1 << 20, wmax > 0 ? wmax : 1 << 20));
     EXPECT_GE(rcv, std::min(2 << 20, rmax > 0 ? rmax : 2 << 20));
   }
+}
+
+// Reads ahead: small receives take what the socket holds (up to 4 KiB) in one
+// system call and hand it out message by message; larger ones go straight to
+// the caller after the held bytes. A peer that closes is reported only once
+// everything it sent was handed out.
+TEST(TcpConnection, ReadAheadKeepsTheStreamAndReportsCloseAfterHeldBytes) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  tcp::TcpConnection conn(sv[0], /*peer=*/1, /*channel=*/0);  // owns sv[0]
+  auto byteAt = [](size_t i) { return static_cast<uint8_t>(i * 7 + 3); };
+  // header, small payload, header, payload larger than the read-ahead, header,
+  // small payload: the stream the executor reads.
+  const std::vector<size_t> parts = {24, 8, 24, 10000, 24, 13};
+  size_t total = 0;
+  for (size_t n : parts) total += n;
+  std::vector<uint8_t> wire(total);
+  for (size_t i = 0; i < total; ++i) wire[i] = byteAt(i);
+  ASSERT_EQ(send(sv[1], wire.data(), total, 0), static_cast<ssize_t>(total));
+  ASSERT_EQ(close(sv[1]), 0);  // everything is queued: the peer leaves
+
+  size_t at = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    std::vector<uint8_t> got(parts[k], 0);
+    size_t have = 0;
+    for (int tries = 0; have < parts[k] && tries < 100; ++tries) {
+      auto n = conn.tryRecv(got.data() + have, parts[k] - have);
+      ASSERT_TRUE(n.isOk()) << "part " << k << ": " << n.status().message();
+      have += *n;
+    }
+    ASSERT_EQ(have, parts[k]) << "part " << k;
+    for (size_t i = 0; i < parts[k]; ++i) ASSERT_EQ(got[i], byteAt(at + i)) << "part " << k;
+    at += parts[k];
+    if (k == 0) {
+      // The first small receive read ahead: what follows is already held.
+      EXPECT_EQ(conn.buffered(), std::min<size_t>(4096, total) - 24);
+    }
+  }
+  EXPECT_EQ(conn.buffered(), 0u);
+  uint8_t b;
+  auto eof = conn.tryRecv(&b, 1);
+  ASSERT_FALSE(eof.isOk());
+  EXPECT_NE(eof.status().message().find("closed by peer"), std::string::npos)
+      << eof.status().message();
 }
 
 TEST(TcpTransport, Throughput256MiB) {

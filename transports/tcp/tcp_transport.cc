@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -311,9 +312,7 @@ Result<size_t> TcpConnection::trySend2(const void* a, size_t na, const void* b, 
   }
 }
 
-Result<size_t> TcpConnection::tryRecv(void* data, size_t bytes) {
-  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
-  if (bytes == 0) return size_t{0};
+Result<size_t> TcpConnection::recvSome(void* data, size_t bytes) {
   for (;;) {
     ssize_t n = recv(fd_, data, bytes, MSG_DONTWAIT);
     if (n > 0) return static_cast<size_t>(n);
@@ -322,6 +321,38 @@ Result<size_t> TcpConnection::tryRecv(void* data, size_t bytes) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
     return ioError(errno, "recv");
   }
+}
+
+Result<size_t> TcpConnection::tryRecv(void* data, size_t bytes) {
+  if (aborted_.load(std::memory_order_relaxed)) return abortedError();
+  auto* out = static_cast<uint8_t*>(data);
+  size_t got = 0;
+  while (got < bytes) {
+    if (aheadOff_ < aheadLen_) {
+      size_t n = std::min(bytes - got, aheadLen_ - aheadOff_);
+      std::memcpy(out + got, ahead_.get() + aheadOff_, n);
+      aheadOff_ += n;
+      got += n;
+      continue;
+    }
+    const size_t want = bytes - got;
+    // A failure after some bytes were delivered is reported by the next
+    // call, which finds nothing held and asks the socket again.
+    if (want >= kAheadBytes) {
+      auto n = recvSome(out + got, want);
+      if (!n) return got ? Result<size_t>(got) : n;
+      got += *n;
+      if (*n < want) break;  // the socket is drained
+      continue;
+    }
+    if (!ahead_) ahead_ = std::make_unique<uint8_t[]>(kAheadBytes);
+    auto n = recvSome(ahead_.get(), kAheadBytes);
+    if (!n) return got ? Result<size_t>(got) : n;
+    if (*n == 0) break;
+    aheadOff_ = 0;
+    aheadLen_ = *n;
+  }
+  return got;
 }
 
 Status TcpConnection::checkAlive() {

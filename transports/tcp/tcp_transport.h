@@ -17,6 +17,11 @@
 //   rank N closed by peer". abort() shuts the socket down (the peer sees a
 //   close); the descriptor is closed by the destructor only.
 // - waitHint() returns the socket: poll it for POLLIN/POLLOUT.
+// - Reads ahead: a receive of fewer than kAheadBytes asks the socket for up
+//   to kAheadBytes, so a message header and a small payload (and whatever
+//   follows) arrive in one system call; buffered() says how many bytes are
+//   held, which a poll on the socket no longer shows. Larger receives go
+//   straight into the caller's memory once the held bytes are used up.
 #pragma once
 
 #include <atomic>
@@ -37,6 +42,7 @@ class TcpConnection final : public Connection {
   Result<size_t> tryRecv(void* data, size_t bytes) override;
   Result<size_t> trySend2(const void* a, size_t na, const void* b, size_t nb) override;
   int waitHint() const override { return fd_; }
+  size_t buffered() const override { return aheadLen_ - aheadOff_; }
   Status checkAlive() override;
   void abort() override;
   const char* name() const override { return "TCP"; }
@@ -44,11 +50,16 @@ class TcpConnection final : public Connection {
  private:
   Status ioError(int err, const char* op) const;
   Status abortedError() const;
+  Result<size_t> recvSome(void* data, size_t bytes);
+
+  static constexpr size_t kAheadBytes = 4096;
 
   int fd_;
   int peer_;
   int channel_;
   std::atomic<bool> aborted_{false};
+  std::unique_ptr<uint8_t[]> ahead_;  // read-ahead bytes [aheadOff_, aheadLen_)
+  size_t aheadOff_ = 0, aheadLen_ = 0;
 };
 
 class TcpTransport final : public Transport {
