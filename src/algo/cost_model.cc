@@ -46,9 +46,9 @@ double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo) {
     case CollArgs::Algo::kRabenseifner: {
       // 2 log2(p2) steps moving 2(p2-1)/p2 of the data, plus the fold of
       // the ranks past p2 (their whole buffer there and back). Across nodes
-      // the ranks of a node exchange with partners elsewhere at once (rank
-      // order keeps a node's ranks together, so the long-distance steps come
-      // first and last): charged as all of a node's ranks sharing its link.
+      // the ranks of a node exchange with partners elsewhere at once (when
+      // a node's ranks are numbered together, the far steps come first and
+      // last): charged as all of a node's ranks sharing its link.
       int p2 = 1, steps = 0;
       while (p2 * 2 <= n) p2 *= 2, ++steps;
       const double share = nodes > 1 ? perNode : 1;

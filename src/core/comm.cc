@@ -144,6 +144,7 @@ Status Comm::agreeOnSelection() {
     int32_t compression;  // TUTTI_COMPRESSION: 0 off, 1 fp16, 2 bf16
     uint64_t compressionMinBytes;
     int32_t sharedMemory;  // every peer through shared memory (as this rank connects)
+    int32_t reserved;      // zero: no uninitialised padding on the wire
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
@@ -167,7 +168,7 @@ Status Comm::agreeOnSelection() {
                 mine.inter.latencyUs,  mine.inter.bandwidthGBs,
                 rdMaxBytes_,           static_cast<int32_t>(forcedAlgo_),
                 compression,           compressionMinBytes_,
-                static_cast<int32_t>(shm)};
+                static_cast<int32_t>(shm), 0};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};

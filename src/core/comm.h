@@ -89,7 +89,7 @@ class Comm {
     return true;
   }
   // Every peer is reached through shared memory: one host, NCCL_SHM_DISABLE
-  // unset (read at init).
+  // unset (rank 0's answer, agreed at init: it picks algorithms).
   bool sharedMemory() const { return sharedMemory_; }
   uint64_t commHash() const { return bootstrap_->id().nonce; }
   std::string describePeer(int r) const;
