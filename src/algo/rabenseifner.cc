@@ -26,8 +26,7 @@ namespace tutti::algo {
 
 void rabenseifnerAllReduce(Schedule* s, const CollArgs& a) {
   const int n = a.nranks, r = a.rank;
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
+  const int p2 = floorPow2(n);
   const int extras = n - p2;
   const size_t es = a.elemSize, bytes = a.count * es;
 
@@ -67,13 +66,11 @@ void rabenseifnerAllReduce(Schedule* s, const CollArgs& a) {
     return;
   }
 
-  // Per unit: where its value lives now and the receive that produced it.
-  std::vector<std::vector<Ref>> val(p2);
+  // Per unit: the receive that produced its value (-1: none yet). Its value
+  // lives in `in` until a receive, in `out` after.
   std::vector<std::vector<int32_t>> by(p2);
-  for (int b = 0; b < p2; ++b) {
-    for (const Unit& u : units[b]) val[b].push_back(at(in, u.off));
-    by[b].assign(units[b].size(), -1);
-  }
+  for (int b = 0; b < p2; ++b) by[b].assign(units[b].size(), -1);
+  auto val = [&](int b, size_t j) { return at(by[b][j] < 0 ? in : out, units[b][j].off); };
   if (r < extras) {
     const int partner = r + p2;
     addPeers(s, {partner}, r);
@@ -81,31 +78,29 @@ void rabenseifnerAllReduce(Schedule* s, const CollArgs& a) {
       for (size_t j = 0; j < units[b].size(); ++j) {
         const Unit& u = units[b][j];
         by[b][j] = addRecv(s, {partner, tagOf(kPhaseRabPre, b, j), u.bytes, RecvAction::kReduce,
-                               at(out, u.off), val[b][j]});
-        val[b][j] = at(out, u.off);
+                               at(out, u.off), val(b, j)});
       }
   }
 
   // Halving: [lo, lo + 2 * mask) are the blocks this rank still reduces.
-  int lo = 0, step = 0;
-  for (int mask = p2 / 2; mask >= 1; mask /= 2, ++step) {
+  int lo = 0;
+  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
     const int partner = r ^ mask;
     addPeers(s, {partner}, r);
     const int keep = (r & mask) ? lo + mask : lo;
     const int give = (r & mask) ? lo : lo + mask;
     for (int b = give; b < give + mask; ++b)
       for (size_t j = 0; j < units[b].size(); ++j)
-        s->sends.push_back({partner, tagOf(kPhaseRab, b, j), val[b][j], units[b][j].bytes,
+        s->sends.push_back({partner, tagOf(kPhaseRab, b, j), val(b, j), units[b][j].bytes,
                             by[b][j]});
     for (int b = keep; b < keep + mask; ++b)
       for (size_t j = 0; j < units[b].size(); ++j) {
         const Unit& u = units[b][j];
         RecvStep rs{partner, tagOf(kPhaseRab, b, j), u.bytes, RecvAction::kReduce,
-                    at(out, u.off), val[b][j]};
+                    at(out, u.off), val(b, j)};
         rs.after = by[b][j];
         rs.finalize = mask == 1 && divides;  // block r is complete
         by[b][j] = addRecv(s, rs);
-        val[b][j] = at(out, u.off);
       }
     lo = keep;
   }

@@ -15,8 +15,7 @@ namespace tutti::algo {
 
 void recursiveDoublingAllReduce(Schedule* s, const CollArgs& a) {
   const int n = a.nranks, r = a.rank;
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
+  const int p2 = floorPow2(n);
   const int extras = n - p2;
   const size_t es = a.elemSize, bytes = a.count * es;
   const size_t stride = (bytes + 63) / 64 * 64;

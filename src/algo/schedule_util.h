@@ -26,6 +26,14 @@ inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
 
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// The largest power of two <= n (n >= 1): the ranks recursive doubling and
+// Rabenseifner's pair up; the n - p2 others fold in first.
+inline int floorPow2(int n) {
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  return p2;
+}
+
 struct Slice {
   size_t off;  // bytes, relative to the segment
   size_t bytes;

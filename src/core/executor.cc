@@ -551,10 +551,11 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       // A message of this operation held back for a dependency: no poll
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
+      const bool wantRecv = p.recvsLeft && !p.closed[ch] && !parked && !held;
       // Bytes the connection read ahead: a poll would not show them.
-      bool ahead = p.recvsLeft && !p.closed[ch] && !parked && !held && chan.conn->buffered();
+      const bool ahead = wantRecv && chan.conn->buffered();
       if (ahead) *ready = true;
-      if (p.recvsLeft && !p.closed[ch] && !parked && !held && !ahead) ev |= POLLIN;
+      if (wantRecv && !ahead) ev |= POLLIN;
       if (p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty())) ev |= POLLOUT;
       p.canSend[ch] = 0;
       p.canRecv[ch] = held || ahead ? 1 : 0;
