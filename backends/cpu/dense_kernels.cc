@@ -47,8 +47,18 @@ constexpr size_t kMaxVecRank = 128;
 // with hardware FMA instead of calls to fmaf.
 
 // Rows [0, rows) of powerProject.
+// The chain of pending's approximation at row i, column j (as approxScalar's).
+TUTTI_DENSE_INLINE float pendingChain(const PendingApprox& pa, size_t i, size_t j) {
+  const float* q = pa.Qb + (j / 8) * 8 * pa.r + j % 8;
+  float acc = 0.0f;
+  for (size_t k = 0; k < pa.r; ++k) acc = std::fma(pa.P[i * pa.r + k], q[k * 8], acc);
+  return acc;
+}
+
+// Rows [0, rows) of powerProject (pending's P at the same first row as M).
 TUTTI_DENSE_INLINE void projectScalar(const float* M, float* E, size_t rows, size_t cols,
-                                      const float* Q, size_t r, float* P) {
+                                      const float* Q, size_t r, float* P,
+                                      const PendingApprox* pending) {
   for (size_t i = 0; i < rows; ++i) {
     const float* m = M + i * cols;
     float* e = E != nullptr ? E + i * cols : nullptr;
@@ -57,7 +67,7 @@ TUTTI_DENSE_INLINE void projectScalar(const float* M, float* E, size_t rows, siz
     for (size_t j = 0; j < cols; ++j) {
       float v = m[j];
       if (e != nullptr) {
-        v = v + e[j];
+        v = pending != nullptr ? v + (e[j] - pendingChain(*pending, i, j)) : v + e[j];
         e[j] = v;
       }
       const float* q = Q + j * r;
@@ -98,8 +108,8 @@ TUTTI_DENSE_INLINE void approxScalar(const float* P, const float* Q, size_t rows
 }
 
 void powerProjectGeneric(const float* M, float* E, size_t rows, size_t cols, const float* Q,
-                         size_t r, float* P) {
-  projectScalar(M, E, rows, cols, Q, r, P);
+                         size_t r, float* P, const PendingApprox* pending) {
+  projectScalar(M, E, rows, cols, Q, r, P, pending);
 }
 
 void powerBackGeneric(const float* Mp, size_t rows, size_t cols, const float* P, size_t r,
@@ -175,23 +185,58 @@ TUTTI_DENSE_INLINE void addInto(const float* m, float* e, size_t n) {
   for (; x < n; ++x) e[x] = m[x] + e[x];
 }
 
+// e[x] = m[x] + (e[x] - a[x]) for x < n, a[x] the chain over k of p[k] * Q[x][k] with Q in
+// packPendingQ's blocks from qb (powerProject's M' with the pending residual update; the lanes
+// are columns, as in powerApprox, and each chain starts from +0 and runs over k in order).
+// R > 0 fixes the rank at compile time.
+template <int R>
+TUTTI_DENSE_INLINE void addPendingInto(const float* m, float* e, const float* p, const float* qb,
+                                       size_t r, size_t n) {
+  const size_t rank = R > 0 ? R : r;
+  size_t x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const float* q = qb + x * rank;
+    __m256 a = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (size_t k = 0; k < rank; ++k) {
+      a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + k), _mm256_loadu_ps(q + k * 8), a);
+    }
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(e + x), a);
+    _mm256_storeu_ps(e + x, _mm256_add_ps(_mm256_loadu_ps(m + x), d));
+  }
+  for (; x < n; ++x) {
+    const float* q = qb + (x / 8) * 8 * rank + x % 8;
+    float a = 0.0f;
+    for (size_t k = 0; k < rank; ++k) a = std::fma(p[k], q[k * 8], a);
+    e[x] = m[x] + (e[x] - a);
+  }
+}
+
 // Adds columns j..j+7 of 8 * G rows at src (pitch cols) to the chains s[g][kk] (lane a = row
 // 8g + a) of ranks k0..k0+KC-1: for b = 0..7 in order,
 // s[g][kk] = fma(M'[8g + a][j + b], Q[j + b][k0 + kk], s[g][kk]).
 template <int KC, int G>
 TUTTI_DENSE_INLINE void projectColumns8(const float* src, size_t cols, size_t j, const float* Q,
                                         size_t r, size_t k0, __m256 s[G][KC]) {
+  // Fully unrolled (the pragmas), so that c and s live in registers: GCC at -O2 otherwise keeps
+  // them in stack arrays and every fma makes a round trip through memory.
+#pragma GCC unroll 2
   for (size_t h = 0; h < 8; h += 4) {
     __m256 c[G][4];  // c[g][b] lane a = src[8g + a][j + h + b]
+#pragma GCC unroll 2
     for (int g = 0; g < G; ++g) {
       const float* rows = src + static_cast<size_t>(g) * 8 * cols + j + h;
+#pragma GCC unroll 4
       for (size_t a = 0; a < 4; ++a) c[g][a] = loadPair(rows + a * cols, rows + (a + 4) * cols);
       transpose4InHalves(c[g][0], c[g][1], c[g][2], c[g][3]);
     }
+#pragma GCC unroll 4
     for (size_t b = 0; b < 4; ++b) {
       const float* q = Q + (j + h + b) * r + k0;
+#pragma GCC unroll 4
       for (int kk = 0; kk < KC; ++kk) {
         const __m256 qv = _mm256_broadcast_ss(q + kk);
+#pragma GCC unroll 2
         for (int g = 0; g < G; ++g) s[g][kk] = _mm256_fmadd_ps(c[g][b], qv, s[g][kk]);
       }
     }
@@ -230,14 +275,27 @@ void projectSpan(const float* src, size_t cols, size_t j0, size_t j1, const floa
 // powerProject on 8 * G rows (M, E, P at the first row), chunk by chunk: M' = M + E into E row
 // by row, then the chains over the chunk, 4 ranks at a time (ranks above 4 re-read the chunk
 // from cache).
+// With pending (its P at the block's first row), M' also takes the pending residual update.
 template <int G>
-void projectRows(const float* M, float* E, size_t cols, const float* Q, size_t r, float* P) {
+void projectRows(const float* M, float* E, size_t cols, const float* Q, size_t r, float* P,
+                 const PendingApprox* pending) {
   alignas(32) float acc[G * kMaxVecRank * 8];
   std::memset(acc, 0, G * r * 8 * sizeof(float));
   const float* src = E != nullptr ? E : M;
   for (size_t j0 = 0; j0 < cols; j0 += kChunkCols) {
     const size_t j1 = std::min(cols, j0 + kChunkCols);
-    if (E != nullptr) {
+    if (E != nullptr && pending != nullptr) {
+      const size_t pr = pending->r;
+      for (size_t a = 0; a < 8 * G; ++a) {
+        const float* pa = pending->P + a * pr;
+        const float* qb = pending->Qb + j0 * pr;  // j0 is a multiple of 8
+        if (pr == 4) {
+          addPendingInto<4>(M + a * cols + j0, E + a * cols + j0, pa, qb, pr, j1 - j0);
+        } else {
+          addPendingInto<0>(M + a * cols + j0, E + a * cols + j0, pa, qb, pr, j1 - j0);
+        }
+      }
+    } else if (E != nullptr) {
       for (size_t a = 0; a < 8 * G; ++a) addInto(M + a * cols + j0, E + a * cols + j0, j1 - j0);
     }
     for (size_t k0 = 0; k0 < r; k0 += 4) {
@@ -265,21 +323,30 @@ void projectRows(const float* M, float* E, size_t cols, const float* Q, size_t r
 }
 
 void powerProjectAvx2(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
-                      float* P) {
+                      float* P, const PendingApprox* pending) {
   if (r == 0 || r > kMaxVecRank) {
-    projectScalar(M, E, rows, cols, Q, r, P);
+    projectScalar(M, E, rows, cols, Q, r, P, pending);
     return;
   }
+  // The pending update of rows from i on: its P advanced to row i.
+  auto from = [&](size_t i, PendingApprox* at) -> const PendingApprox* {
+    if (pending == nullptr) return nullptr;
+    *at = {pending->P + i * pending->r, pending->Qb, pending->r};
+    return at;
+  };
+  PendingApprox at{};
   size_t i = 0;
   for (; i + 16 <= rows; i += 16) {
-    projectRows<2>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r);
+    projectRows<2>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r,
+                   from(i, &at));
   }
   for (; i + 8 <= rows; i += 8) {
-    projectRows<1>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r);
+    projectRows<1>(M + i * cols, E != nullptr ? E + i * cols : nullptr, cols, Q, r, P + i * r,
+                   from(i, &at));
   }
   if (i < rows) {
     projectScalar(M + i * cols, E != nullptr ? E + i * cols : nullptr, rows - i, cols, Q, r,
-                  P + i * r);
+                  P + i * r, from(i, &at));
   }
 }
 
@@ -293,10 +360,12 @@ void backPanelRows(const float* Mp, size_t cols, size_t i0, size_t j0, size_t w,
   size_t jj = 0;
   for (; jj + 8 <= w; jj += 8) {
     __m256 mv[NR];
+#pragma GCC unroll 4
     for (int a = 0; a < NR; ++a) mv[a] = _mm256_loadu_ps(m + a * cols + jj);
     for (size_t k = 0; k < r; ++k) {
       float* q = qt + k * w + jj;
       __m256 v = _mm256_loadu_ps(q);
+#pragma GCC unroll 4
       for (int a = 0; a < NR; ++a) v = _mm256_fmadd_ps(mv[a], _mm256_broadcast_ss(p + a * r + k), v);
       _mm256_storeu_ps(q, v);
     }
@@ -436,10 +505,12 @@ void backPanelRows512(const float* Mp, size_t cols, size_t i0, size_t j0, size_t
   size_t jj = 0;
   for (; jj + 16 <= w; jj += 16) {
     __m512 mv[NR];
+#pragma GCC unroll 4
     for (int a = 0; a < NR; ++a) mv[a] = _mm512_loadu_ps(m + a * cols + jj);
     for (size_t k = 0; k < r; ++k) {
       float* q = qt + k * w + jj;
       __m512 v = _mm512_loadu_ps(q);
+#pragma GCC unroll 4
       for (int a = 0; a < NR; ++a) v = _mm512_fmadd_ps(mv[a], _mm512_set1_ps(p[a * r + k]), v);
       _mm512_storeu_ps(q, v);
     }
@@ -621,13 +692,23 @@ void fillGaussian(float* x, size_t n, uint64_t seed, uint64_t stream) {
   }
 }
 
+size_t pendingQFloats(size_t cols, size_t r) { return (cols + 7) / 8 * 8 * r; }
+
+void packPendingQ(const float* Q, size_t cols, size_t r, float* Qb) {
+  std::memset(Qb, 0, pendingQFloats(cols, r) * sizeof(float));
+  for (size_t j = 0; j < cols; ++j) {
+    for (size_t k = 0; k < r; ++k) Qb[(j / 8) * 8 * r + k * 8 + j % 8] = Q[j * r + k];
+  }
+}
+
 void powerProject(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
-                  float* P) {
+                  float* P, const PendingApprox* pending) {
   if (rows == 0) return;
+  if (E == nullptr) pending = nullptr;  // contract: pending needs E; without it, nothing to update
 #if TUTTI_DENSE_X86
-  if (useAvx2()) return powerProjectAvx2(M, E, rows, cols, Q, r, P);
+  if (useAvx2()) return powerProjectAvx2(M, E, rows, cols, Q, r, P, pending);
 #endif
-  powerProjectGeneric(M, E, rows, cols, Q, r, P);
+  powerProjectGeneric(M, E, rows, cols, Q, r, P, pending);
 }
 
 void powerBack(const float* Mp, size_t rows, size_t cols, const float* P, size_t r, float* Q) {

@@ -62,8 +62,31 @@ void fillGaussian(float* x, size_t n, uint64_t seed, uint64_t stream);
 // exactly (then M' = 2M); P must not overlap M, E or Q. One pass over memory:
 // the AVX2 code forms M' for 16 rows x up to 8192 columns and reads it back
 // from cache for the products.
+//
+// With `pending`, the residual update of the previous call's powerApprox, which that call left
+// undone (E == nullptr there), is applied in the same pass (error feedback then costs one pass
+// over E per call instead of two):
+//   a[i][j]  = sum_k pending->P[i][k] * Qprev[j][k]   (fma chain over k = 0..pending->r-1, as
+//                                                     powerApprox's)
+//   M'[i][j] = M[i][j] + (E[i][j] - a[i][j])     (float subtract, then float add; into E)
+// which is bit for bit powerApprox(pending->P, Qprev, ..., E) followed by powerProject without
+// it. pending->P: rows x pending->r; pending->Qb: that call's Q (cols x pending->r) as
+// packPendingQ lays it out. Neither may overlap E or P. Ignored when E == nullptr.
+struct PendingApprox {
+  const float* P;
+  const float* Qb;
+  size_t r;
+};
+
+// Lays Q (cols x r, row-major) out for PendingApprox::Qb, in blocks of 8 columns so that the
+// pending update reads one stream: Q[j][k] goes to Qb[(j / 8) * 8 * r + k * 8 + j % 8].
+// Qb holds pendingQFloats(cols, r) floats (cols rounded up to a multiple of 8; the padding is
+// written as zeros and never read).
+size_t pendingQFloats(size_t cols, size_t r);
+void packPendingQ(const float* Q, size_t cols, size_t r, float* Qb);
+
 void powerProject(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
-                  float* P);
+                  float* P, const PendingApprox* pending = nullptr);
 
 // PowerSGD's second product: Q[j][k] = sum_i Mp[i][j] * P[i][k] (fma chain over
 // i = 0..rows-1). Mp: rows x cols (read once, in order); P: rows x r; Q: cols x r

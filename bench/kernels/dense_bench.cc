@@ -3,7 +3,7 @@
 //
 // Bytes/s counts the traffic on the big matrix the kernel must do (the rank-4 factors are
 // 64 KiB and live in cache): project = read M (+ read and write E with error feedback);
-// back = read Mp; approx = write out (+ read and write E). memcpy = 1 read + 1 write. Equal
+// (pending: the same, the last call's residual update folded in); back = read Mp; approx = write out (+ read and write E). memcpy = 1 read + 1 write. Equal
 // bytes/s therefore means "as fast as the memory system moves data". Run with
 // --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians.
 #include <benchmark/benchmark.h>
@@ -62,6 +62,24 @@ void project(benchmark::State& state, KernelIsa isa, bool withE) {
   state.SetBytesProcessed(state.iterations() * kMatrixBytes * (withE ? 3 : 1));
 }
 
+// With error feedback and the previous call's residual update pending (PowerSGD's steady state):
+// the same traffic as project_feedback, plus r fmas per element on cached factors.
+void projectPending(benchmark::State& state, KernelIsa isa) {
+  if (!selectIsa(state, isa)) return;
+  Data& d = data();
+  std::vector<float> qb(tutti::cpu::pendingQFloats(kCols, kRank));
+  tutti::cpu::packPendingQ(d.Q.data(), kCols, kRank, qb.data());
+  const tutti::cpu::PendingApprox pending{d.P.data(), qb.data(), kRank};
+  std::vector<float> p(kRows * kRank);
+  for (auto _ : state) {
+    tutti::cpu::powerProject(d.M.data(), d.E.data(), kRows, kCols, d.Q.data(), kRank, p.data(),
+                             &pending);
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kMatrixBytes * 3);
+}
+
 void back(benchmark::State& state, KernelIsa isa) {
   if (!selectIsa(state, isa)) return;
   Data& d = data();
@@ -118,6 +136,9 @@ int registerAll() {
                                    [isa, withE](benchmark::State& st) { project(st, isa, withE); })
           ->Unit(benchmark::kMillisecond);
     }
+    benchmark::RegisterBenchmark(("powerProject_pending" + suffix).c_str(),
+                                 [isa](benchmark::State& st) { projectPending(st, isa); })
+        ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("powerBack" + suffix).c_str(), [isa](benchmark::State& st) {
       back(st, isa);
     })->Unit(benchmark::kMillisecond);

@@ -297,12 +297,14 @@ TUTTI_API ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
 
 namespace tutti::capi {
 
-const std::vector<float>* compressorResidual(const tuttiCompressor* c, unsigned long long key) {
+const std::vector<float>* compressorResidual(tuttiCompressor* c, unsigned long long key) {
   if (!isLive(c)) return nullptr;
   auto it = c->tensors.find(key);
   if (it == c->tensors.end()) return nullptr;
-  if (it->second.powerSgd)
-    return it->second.powerSgd->residual().empty() ? nullptr : &it->second.powerSgd->residual();
+  if (it->second.powerSgd) {
+    const std::vector<float>& res = it->second.powerSgd->residual();
+    return res.empty() ? nullptr : &res;
+  }
   return it->second.residual.empty() ? nullptr : &it->second.residual;
 }
 

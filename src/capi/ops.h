@@ -32,7 +32,8 @@ bool inGroup();
 
 // Tests: the error-feedback residuals a compressor keeps for `key` (1-bit:
 // the worker's for all count elements, then the server's for this rank's
-// segment; PowerSGD: rows x cols), or null when it keeps none.
-const std::vector<float>* compressorResidual(const tuttiCompressor* c, unsigned long long key);
+// segment; PowerSGD: rows x cols, its deferred update applied first), or null
+// when it keeps none.
+const std::vector<float>* compressorResidual(tuttiCompressor* c, unsigned long long key);
 
 }  // namespace tutti::capi

@@ -1,5 +1,7 @@
 #include "compress/powersgd.h"
 
+#include <cmath>
+
 #include "backends/cpu/dense_kernels.h"
 #include "backends/cpu/kernels.h"
 
@@ -28,8 +30,10 @@ Status PowerSgdState::run(const float* in, float* out, bool average, int nranks,
     cpu::fillGaussian(q_.data(), q_.size(), cfg_.seed, key_ * 0x9E3779B97F4A7C15ull + step_);
   ++step_;
   float* e = cfg_.feedback ? err_.data() : nullptr;
-  // e <- M' = M + e;  P = M' Q.
-  cpu::powerProject(in, e, rows_, cols_, q_.data(), r_, p_.data());
+  // e <- M' = M + (e - the last call's approximation, if still pending);  P = M' Q.
+  const cpu::PendingApprox pending{pendingP_.data(), pendingQb_.data(), r_};
+  cpu::powerProject(in, e, rows_, cols_, q_.data(), r_, p_.data(), pending_ ? &pending : nullptr);
+  pending_ = false;
   TUTTI_RETURN_IF_ERROR(sum(p_.data(), p_.size()));
   cpu::orthonormalizeColumns(p_.data(), rows_, r_, cfg_.epsilon);
   const float* mp = e ? e : in;
@@ -41,8 +45,32 @@ Status PowerSgdState::run(const float* in, float* out, bool average, int nranks,
     cpu::scale(q_.data(), q_.data(), q_.size(), DataType::kFloat32, 1.0 / nranks);
   // A sum is n times the average, scaled in the same pass.
   const float outScale = average ? 1.0f : static_cast<float>(nranks);
-  cpu::powerApprox(p_.data(), q_.data(), rows_, cols_, r_, out, e, outScale);
+  // out only; e keeps M' until the next call (or residual()) subtracts this approximation.
+  cpu::powerApprox(p_.data(), q_.data(), rows_, cols_, r_, out, nullptr, outScale);
+  if (e != nullptr) {
+    pendingP_ = p_;
+    pendingQb_.resize(cpu::pendingQFloats(cols_, r_));
+    cpu::packPendingQ(q_.data(), cols_, r_, pendingQb_.data());
+    pending_ = true;
+  }
   return Status::ok();
+}
+
+const std::vector<float>& PowerSgdState::residual() {
+  if (pending_) {
+    // e - a, with a the chain powerApprox and powerProject's pending update compute (over k
+    // from +0, in order), so the residual has the bits an immediate update would have given.
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t j = 0; j < cols_; ++j) {
+        const float* q = pendingQb_.data() + (j / 8) * 8 * r_ + j % 8;
+        float a = 0.0f;
+        for (size_t k = 0; k < r_; ++k) a = std::fma(pendingP_[i * r_ + k], q[k * 8], a);
+        err_[i * cols_ + j] = err_[i * cols_ + j] - a;
+      }
+    }
+    pending_ = false;
+  }
+  return err_;
 }
 
 }  // namespace tutti::compress

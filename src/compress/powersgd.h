@@ -4,6 +4,9 @@
 //   M'_i = M_i + E_i (error feedback)     P = sum_i M'_i Q      (all-reduce 1)
 //   P^ = orthonormal columns of P         Q = sum_i M'_i^T P^  (all-reduce 2)
 //   out = P^ Q^T / n (the average)        E_i = M'_i - out
+// The residual update E_i = M'_i - out is deferred to the next call's first pass (or to
+// residual()), which applies it bit for bit as if it had been done at once: a call then
+// reads and writes E once instead of twice (a third less memory traffic).
 // Q starts from a Gaussian matrix drawn from a seed every rank shares and,
 // with warm start, is kept for the next call. When the average has rank <= r
 // the first call returns it exactly (up to rounding). Each call sends
@@ -47,8 +50,9 @@ class PowerSgdState {
 
   size_t rows() const { return rows_; }
   size_t cols() const { return cols_; }
-  // The error-feedback residual (rows x cols; empty without feedback).
-  const std::vector<float>& residual() const { return err_; }
+  // The error-feedback residual (rows x cols; empty without feedback). Applies the deferred
+  // update first, so it costs a pass over the matrix once after each run().
+  const std::vector<float>& residual();
 
  private:
   size_t rows_, cols_, r_;
@@ -56,6 +60,10 @@ class PowerSgdState {
   uint64_t key_;
   uint64_t step_ = 0;
   std::vector<float> p_, q_, err_;
+  // The last call's factors (P^ and Q / n, Q in cpu::packPendingQ's layout) while its residual
+  // update is pending.
+  std::vector<float> pendingP_, pendingQb_;
+  bool pending_ = false;
 };
 
 }  // namespace tutti::compress

@@ -237,6 +237,43 @@ TEST(CpuDenseKernels, IsaVariantsBitIdenticalToGeneric) {
   }
 }
 
+// powerProject with a pending residual update gives, bit for bit and on every instruction set,
+// what powerApprox's immediate update followed by a plain powerProject gives: E and P both. The
+// pending rank equals the projection's (as PowerSGD uses it) and also differs from it.
+TEST(CpuDenseKernels, PendingUpdateEqualsImmediateUpdate) {
+  IsaGuard guard;
+  for (const Shape& s : shapes()) {
+    for (size_t pr : {s.r, s.r + 3}) {
+      SCOPED_TRACE(shapeName(s) + " pending r=" + std::to_string(pr));
+      const size_t n = s.rows * s.cols;
+      const auto M = uniform(n, 41 + s.rows), E0 = uniform(n, 42 + s.cols);
+      const auto Q = uniform(s.cols * s.r, 43), Pp = uniform(s.rows * pr, 44 + pr);
+      const auto Qp = uniform(s.cols * pr, 45 + pr);
+      std::vector<float> Qpb(pendingQFloats(s.cols, pr), -7.0f);
+      packPendingQ(Qp.data(), s.cols, pr, Qpb.data());
+      for (size_t j = 0; j < s.cols; ++j) {
+        for (size_t k = 0; k < pr; ++k) {
+          ASSERT_EQ(Qpb[(j / 8) * 8 * pr + k * 8 + j % 8], Qp[j * pr + k]) << "packPendingQ";
+        }
+      }
+      // The reference: the generic code, the update at once.
+      ASSERT_TRUE(setActiveIsa(KernelIsa::kGeneric));
+      std::vector<float> wantE = E0, wantP(s.rows * s.r, -7.0f), scratch(n);
+      powerApprox(Pp.data(), Qp.data(), s.rows, s.cols, pr, scratch.data(), wantE.data());
+      powerProject(M.data(), wantE.data(), s.rows, s.cols, Q.data(), s.r, wantP.data());
+      for (KernelIsa isa : supportedIsas()) {
+        SCOPED_TRACE(isaName(isa));
+        ASSERT_TRUE(setActiveIsa(isa));
+        std::vector<float> E = E0, P(s.rows * s.r, -7.0f);
+        const PendingApprox pending{Pp.data(), Qpb.data(), pr};
+        powerProject(M.data(), E.data(), s.rows, s.cols, Q.data(), s.r, P.data(), &pending);
+        EXPECT_TRUE(sameBits(E, wantE));
+        EXPECT_TRUE(sameBits(P, wantP));
+      }
+    }
+  }
+}
+
 // Non-finite and signed-zero inputs take the same path everywhere.
 TEST(CpuDenseKernels, IsaVariantsBitIdenticalOnSpecialValues) {
   IsaGuard guard;
