@@ -409,6 +409,7 @@ TUTTI_DENSE_INLINE void approxPanelRow(const float* pi, const float* qt, size_t 
   }
   for (; jj + 8 <= w; jj += 8) {
     __m256 o = _mm256_setzero_ps();
+#pragma GCC unroll 8
     for (size_t k = 0; k < rank; ++k) {
       o = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + k), _mm256_loadu_ps(qt + k * w + jj), o);
     }
