@@ -19,6 +19,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kHdr = sizeof(MsgHeader);
+// Messages of at most this many bytes on the wire travel on channel 0 only,
+// so that a rank waiting for nothing but small messages from a peer waits on
+// one socket (and can spin on its recv instead of on poll; see execute).
+// Larger ones take whichever channel is free.
+constexpr size_t kSmallMessageBytes = 4096;
 
 struct Key {
   int peer;
@@ -59,6 +64,7 @@ struct PeerRun {
   uint64_t recvSeq = 0;  // expected on this operation's messages from the peer
   std::deque<uint32_t> ready;
   size_t recvsLeft = 0, sendsLeft = 0;
+  size_t bigRecvsLeft = 0;  // receives above kSmallMessageBytes: they may come on any channel
   std::vector<Out> out;  // per channel
   std::vector<In> in;    // per channel
   // Channels whose peer closed them between two messages. That is not an
@@ -67,11 +73,16 @@ struct PeerRun {
   // left and receives are still pending.
   std::vector<uint8_t> closed;
   size_t nClosed = 0;
-  // Socket channels move bytes only when poll() said they can (one poll per
-  // pass instead of a failing recv/send per channel: syscalls are not free).
+  // Socket channels receive only when poll() said they can (one poll per
+  // pass instead of a failing recv per channel: syscalls are not free), but
+  // for a lone socket (below). They send without asking: a socket's buffer
+  // almost always has room, so polling for POLLOUT first would cost a system
+  // call per message for nothing. Only a send cut short (the buffer full)
+  // waits for POLLOUT.
   std::vector<int> fd;           // -1: not pollable (shared memory): always try
   std::vector<uint8_t> canRecv;  // set before each pass
   std::vector<uint8_t> canSend;
+  std::vector<uint8_t> sendFull;  // the last send stopped short: wait for POLLOUT
   Status closedStatus;
   bool suspect = false;  // a liveness check failed at suspectSince
   Clock::time_point suspectSince{};
@@ -202,6 +213,7 @@ Status Run::start() {
     p.fd.assign(c_->nChannels(), -1);
     p.canRecv.assign(c_->nChannels(), 1);
     p.canSend.assign(c_->nChannels(), 1);
+    p.sendFull.assign(c_->nChannels(), 0);
     for (int ch = 0; ch < c_->nChannels(); ++ch)
       p.fd[ch] = c_->channel(p.peer, ch).conn->waitHint();
   }
@@ -214,6 +226,7 @@ Status Run::start() {
       if (!recvIndex_.emplace(Key{r.peer, i, r.tag}, flat).second)
         return internalError("schedule has a duplicate receive tag");
       peers_[slot_[r.peer]].recvsLeft++;
+      if (wireSize(s, r.encoded, r.bytes) > kSmallMessageBytes) peers_[slot_[r.peer]].bigRecvsLeft++;
     }
   }
   waiters_.resize(recvs_.size());
@@ -261,6 +274,13 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
   for (;;) {
     if (o.send < 0) {
       if (p.ready.empty()) return Status::ok();
+      if (ch != 0) {
+        const auto& front = sends_[p.ready.front()];
+        const auto& fs = w_->schedules[front.inst];
+        const auto& fd = fs.sends[front.idx];
+        // A small message waits for channel 0, where its receiver looks.
+        if (wireSize(fs, fd.encoded, fd.bytes) <= kSmallMessageBytes) return Status::ok();
+      }
       if (ch == c_->throttledChannel()) {
         auto now = Clock::now();
         if (now < o.nextStart) return Status::ok();
@@ -297,14 +317,21 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
       size_t h = std::min(*n, kHdr - o.hdrSent);
       o.hdrSent += h;
       o.paySent += *n - h;
-      if (o.hdrSent < kHdr) return Status::ok();
+      if (o.hdrSent < kHdr || o.paySent < o.payBytes) {
+        // Short: the connection took what it could.
+        p.sendFull[ch] = 1;
+        return Status::ok();
+      }
     }
     if (o.paySent < o.payBytes) {
       auto n = chan.conn->trySend(o.payload + o.paySent, o.payBytes - o.paySent);
       if (!n) return peerFailure(p, n.status(), "sending to ");
       if (*n) *progress = true;
       o.paySent += *n;
-      if (o.paySent < o.payBytes) return Status::ok();
+      if (o.paySent < o.payBytes) {
+        p.sendFull[ch] = 1;
+        return Status::ok();
+      }
     }
     chan.messagesSent++;
     chan.bytesSent += o.payBytes;
@@ -331,6 +358,7 @@ Status Run::completeRecv(PeerRun& p, uint32_t flat) {
     cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
   }
   p.recvsLeft--;
+  if (wireSize(sched, r.encoded, r.bytes) > kSmallMessageBytes) p.bigRecvsLeft--;
   recvsLeft_--;
   recvDone_[flat] = 1;
   for (uint32_t s : waiters_[flat]) {
@@ -551,13 +579,16 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       // A message of this operation held back for a dependency: no poll
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
-      const bool wantRecv = p.recvsLeft && !p.closed[ch] && !parked && !held;
+      // Channels above 0 carry only messages above kSmallMessageBytes.
+      const bool wantRecv = p.recvsLeft && !p.closed[ch] && !parked && !held &&
+                            (ch == 0 || p.bigRecvsLeft > 0);
       // Bytes the connection read ahead: a poll would not show them.
       const bool ahead = wantRecv && chan.conn->buffered();
       if (ahead) *ready = true;
       if (wantRecv && !ahead) ev |= POLLIN;
-      if (p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty())) ev |= POLLOUT;
-      p.canSend[ch] = 0;
+      const bool wantSend = p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty());
+      if (wantSend && p.sendFull[ch]) ev |= POLLOUT;
+      p.canSend[ch] = wantSend && !p.sendFull[ch] ? 1 : 0;
       p.canRecv[ch] = held || ahead ? 1 : 0;
       if (!ev) continue;
       fds->push_back({p.fd[ch], ev, 0});
@@ -638,8 +669,14 @@ Status execute(std::vector<Work*>& work) {
     bool unpollable = false, ready = false;
     for (auto& r : runs)
       if (!r->done()) r->preparePoll(&fds, &owners, &unpollable, &ready);
-    if (!fds.empty()) {
-      int rc = ::poll(fds.data(), fds.size(), progress || unpollable || spin || ready ? 0 : 1);
+    const bool noWait = progress || unpollable || spin || ready;
+    if (noWait && fds.size() == 1 && fds[0].events == POLLIN) {
+      // One socket to receive from, and no sleep: its recv answers what a
+      // poll would, and on success it has the bytes, one system call fewer
+      // per message (each costs about 1 us on a VM).
+      owners[0].first->canRecv[owners[0].second] = 1;
+    } else if (!fds.empty()) {
+      int rc = ::poll(fds.data(), fds.size(), noWait ? 0 : 1);
       if (rc > 0) {
         for (size_t k = 0; k < fds.size(); ++k) {
           short re = fds[k].revents;
@@ -648,7 +685,10 @@ Status execute(std::vector<Work*>& work) {
           // |=: a receive known possible without the poll (held, read
           // ahead) stays possible when the socket is polled for sending.
           p->canRecv[ch] |= (re & (POLLIN | POLLERR | POLLHUP)) != 0;
-          p->canSend[ch] = (re & (POLLOUT | POLLERR | POLLHUP)) != 0;
+          if (re & (POLLOUT | POLLERR | POLLHUP)) {
+            p->canSend[ch] = 1;
+            p->sendFull[ch] = 0;
+          }
         }
       }
     }
