@@ -3,8 +3,9 @@
 //
 // Bytes/s counts the traffic on the big matrix the kernel must do (the rank-4 factors are
 // 64 KiB and live in cache): project = read M (+ read and write E with error feedback);
-// (pending: the same, the last call's residual update folded in); back = read Mp; approx = write out (+ read and write E). memcpy = 1 read + 1 write. Equal
-// bytes/s therefore means "as fast as the memory system moves data". Run with
+// (pending: the same, the last call's residual update folded in); back = read Mp; approx = write
+// out (+ read and write E). memcpy = 1 read + 1 write. Equal bytes/s therefore means "as fast as
+// the memory system moves data". Run with
 // --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians.
 #include <benchmark/benchmark.h>
 

@@ -226,7 +226,8 @@ Status Run::start() {
       if (!recvIndex_.emplace(Key{r.peer, i, r.tag}, flat).second)
         return internalError("schedule has a duplicate receive tag");
       peers_[slot_[r.peer]].recvsLeft++;
-      if (wireSize(s, r.encoded, r.bytes) > kSmallMessageBytes) peers_[slot_[r.peer]].bigRecvsLeft++;
+      if (wireSize(s, r.encoded, r.bytes) > kSmallMessageBytes)
+        peers_[slot_[r.peer]].bigRecvsLeft++;
     }
   }
   waiters_.resize(recvs_.size());
