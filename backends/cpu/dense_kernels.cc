@@ -702,6 +702,13 @@ void packPendingQ(const float* Q, size_t cols, size_t r, float* Qb) {
   }
 }
 
+void applyPending(float* E, size_t rows, size_t cols, const PendingApprox& pending) {
+  for (size_t i = 0; i < rows; ++i) {
+    float* e = E + i * cols;
+    for (size_t j = 0; j < cols; ++j) e[j] = e[j] - pendingChain(pending, i, j);
+  }
+}
+
 void powerProject(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
                   float* P, const PendingApprox* pending) {
   if (rows == 0) return;

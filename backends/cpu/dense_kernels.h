@@ -85,6 +85,11 @@ struct PendingApprox {
 size_t pendingQFloats(size_t cols, size_t r);
 void packPendingQ(const float* Q, size_t cols, size_t r, float* Qb);
 
+// The pending update alone: E[i][j] = E[i][j] - a[i][j] (a as above), bit for bit what
+// powerApprox's residual update would have left. Scalar code (for reading a residual, not a
+// hot path).
+void applyPending(float* E, size_t rows, size_t cols, const PendingApprox& pending);
+
 void powerProject(const float* M, float* E, size_t rows, size_t cols, const float* Q, size_t r,
                   float* P, const PendingApprox* pending = nullptr);
 

@@ -1,7 +1,5 @@
 #include "compress/powersgd.h"
 
-#include <cmath>
-
 #include "backends/cpu/dense_kernels.h"
 #include "backends/cpu/kernels.h"
 
@@ -58,16 +56,7 @@ Status PowerSgdState::run(const float* in, float* out, bool average, int nranks,
 
 const std::vector<float>& PowerSgdState::residual() {
   if (pending_) {
-    // e - a, with a the chain powerApprox and powerProject's pending update compute (over k
-    // from +0, in order), so the residual has the bits an immediate update would have given.
-    for (size_t i = 0; i < rows_; ++i) {
-      for (size_t j = 0; j < cols_; ++j) {
-        const float* q = pendingQb_.data() + (j / 8) * 8 * r_ + j % 8;
-        float a = 0.0f;
-        for (size_t k = 0; k < r_; ++k) a = std::fma(pendingP_[i * r_ + k], q[k * 8], a);
-        err_[i * cols_ + j] = err_[i * cols_ + j] - a;
-      }
-    }
+    cpu::applyPending(err_.data(), rows_, cols_, {pendingP_.data(), pendingQb_.data(), r_});
     pending_ = false;
   }
   return err_;

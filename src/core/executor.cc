@@ -154,6 +154,11 @@ size_t wireSize(const algo::Schedule& s, bool encoded, size_t bytes) {
   return encoded ? cpu::wireBytes(formatOf(s.wire.format), bytes / sizeof(float)) : bytes;
 }
 
+// Whether such a message travels on channel 0 only (kSmallMessageBytes).
+bool channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) {
+  return wireSize(s, encoded, bytes) <= kSmallMessageBytes;
+}
+
 void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src, uint8_t* err,
               const algo::Schedule& sched) {
   const algo::ReduceSpec& spec = sched.spec;
@@ -226,8 +231,7 @@ Status Run::start() {
       if (!recvIndex_.emplace(Key{r.peer, i, r.tag}, flat).second)
         return internalError("schedule has a duplicate receive tag");
       peers_[slot_[r.peer]].recvsLeft++;
-      if (wireSize(s, r.encoded, r.bytes) > kSmallMessageBytes)
-        peers_[slot_[r.peer]].bigRecvsLeft++;
+      if (!channel0Only(s, r.encoded, r.bytes)) peers_[slot_[r.peer]].bigRecvsLeft++;
     }
   }
   waiters_.resize(recvs_.size());
@@ -280,7 +284,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
         const auto& fs = w_->schedules[front.inst];
         const auto& fd = fs.sends[front.idx];
         // A small message waits for channel 0, where its receiver looks.
-        if (wireSize(fs, fd.encoded, fd.bytes) <= kSmallMessageBytes) return Status::ok();
+        if (channel0Only(fs, fd.encoded, fd.bytes)) return Status::ok();
       }
       if (ch == c_->throttledChannel()) {
         auto now = Clock::now();
@@ -359,7 +363,7 @@ Status Run::completeRecv(PeerRun& p, uint32_t flat) {
     cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
   }
   p.recvsLeft--;
-  if (wireSize(sched, r.encoded, r.bytes) > kSmallMessageBytes) p.bigRecvsLeft--;
+  if (!channel0Only(sched, r.encoded, r.bytes)) p.bigRecvsLeft--;
   recvsLeft_--;
   recvDone_[flat] = 1;
   for (uint32_t s : waiters_[flat]) {

@@ -238,8 +238,9 @@ TEST(CpuDenseKernels, IsaVariantsBitIdenticalToGeneric) {
 }
 
 // powerProject with a pending residual update gives, bit for bit and on every instruction set,
-// what powerApprox's immediate update followed by a plain powerProject gives: E and P both. The
-// pending rank equals the projection's (as PowerSGD uses it) and also differs from it.
+// what powerApprox's immediate update followed by a plain powerProject gives: E and P both; and
+// applyPending alone gives that update's E. The pending rank equals the projection's (as PowerSGD
+// uses it) and also differs from it.
 TEST(CpuDenseKernels, PendingUpdateEqualsImmediateUpdate) {
   IsaGuard guard;
   for (const Shape& s : shapes()) {
@@ -260,6 +261,10 @@ TEST(CpuDenseKernels, PendingUpdateEqualsImmediateUpdate) {
       ASSERT_TRUE(setActiveIsa(KernelIsa::kGeneric));
       std::vector<float> wantE = E0, wantP(s.rows * s.r, -7.0f), scratch(n);
       powerApprox(Pp.data(), Qp.data(), s.rows, s.cols, pr, scratch.data(), wantE.data());
+      // The update alone (what reading a residual applies) is the immediate update's E.
+      std::vector<float> alone = E0;
+      applyPending(alone.data(), s.rows, s.cols, {Pp.data(), Qpb.data(), pr});
+      ASSERT_TRUE(sameBits(alone, wantE)) << "applyPending";
       powerProject(M.data(), wantE.data(), s.rows, s.cols, Q.data(), s.r, wantP.data());
       for (KernelIsa isa : supportedIsas()) {
         SCOPED_TRACE(isaName(isa));
