@@ -1,19 +1,33 @@
-// abi_nvidia_preload / abi_nvidia_libpath: an NCCL program built the NVIDIA way
-// runs on tutti unchanged.
+// abi_nvidia_preload / abi_nvidia_libpath / nccl_preload_cuda: an NCCL program
+// built the NVIDIA way runs on tutti unchanged.
 //
 // Compiled against NVIDIA's own nccl.h and linked against NVIDIA's
 // libnccl.so.2; the test then substitutes tutti at run time, either with
 // LD_PRELOAD=libtutti.so or with tutti's libnccl.so.2 first on
-// LD_LIBRARY_PATH. No CUDA runtime function is called: buffers are host
-// memory and the stream is NULL, which tutti completes before returning.
+// LD_LIBRARY_PATH.
+//
+// Two builds of this file:
+// - nvidia_client (abi_nvidia_*): no CUDA runtime function is called; buffers
+//   are host memory and the stream is NULL, which tutti completes before
+//   returning.
+// - nccl_preload_cuda (NVIDIA_CLIENT_CUDA, linked with the CUDA runtime; run
+//   by tests/device/run_on_gpu.sh): buffers come from cudaMalloc on device
+//   rank % deviceCount (so ranks share a GPU when there are more ranks than
+//   GPUs), every call goes on the rank's own cudaStream, and the program
+//   relies on stream order the way NCCL programs do: it copies inputs in
+//   asynchronously, enqueues the collectives, copies results out and only then
+//   synchronises. Rank 0 also times a 64 MiB and an 8 B all-reduce ("perf:"
+//   lines). Without a usable GPU it exits 77 (skipped), checked in a child
+//   process so the parent never initialises CUDA before forking.
 //
 //   nvidia_client [nranks] [nvidia-libnccl-path]
 //
 // The parent first makes sure tutti answers the NCCL symbols (so NVIDIA's
-// library, which needs a GPU, is never exercised), then forks nranks children.
-// Rank 0 creates the unique id and hands it to the others through pipes; each
-// rank runs AllReduce, AllGather and Broadcast on host buffers and checks the
-// results exactly. Exit 0 only if every child succeeded.
+// library is never exercised), then forks nranks children. Rank 0 creates the
+// unique id and hands it to the others through pipes; each rank runs
+// AllReduce (out of place and in place), AllGather, ReduceScatter, Broadcast
+// and a group of two AllReduces, and checks every result exactly. Exit 0
+// only if every child succeeded.
 #include <dlfcn.h>
 #include <nccl.h>
 #include <signal.h>
@@ -22,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -103,43 +118,230 @@ int checkRunningTutti(const char* nvidiaPath) {
   return 0;
 }
 
+// The memory the collectives run on, and the stream they are ordered by.
+#ifdef NVIDIA_CLIENT_CUDA
+#define CUDACHECK(call)                                                                  \
+  do {                                                                                   \
+    cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "[rank %d] %s:%d: %s -> %s\n", gRank, __FILE__, __LINE__, #call, \
+                   cudaGetErrorString(e_));                                              \
+      return 1;                                                                          \
+    }                                                                                    \
+  } while (0)
+
+class Mem {
+ public:
+  int init(int rank) {
+    int n = 0;
+    CUDACHECK(cudaGetDeviceCount(&n));
+    CHECK(n > 0);
+    CUDACHECK(cudaSetDevice(rank % n));
+    CUDACHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return 0;
+  }
+  ~Mem() {
+    for (void* p : owned_) cudaFree(p);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) return nullptr;
+    owned_.push_back(p);
+    return p;
+  }
+  // Enqueued on the stream; the host side must stay alive until sync().
+  int put(void* dev, const void* host, size_t bytes) {
+    CUDACHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream_));
+    return 0;
+  }
+  int get(void* host, const void* dev, size_t bytes) {
+    CUDACHECK(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream_));
+    return 0;
+  }
+  int sync() {
+    CUDACHECK(cudaStreamSynchronize(stream_));
+    return 0;
+  }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> owned_;
+};
+#else
+class Mem {
+ public:
+  int init(int) { return 0; }
+  ~Mem() {
+    for (void* p : owned_) std::free(p);
+  }
+  void* alloc(size_t bytes) {
+    void* p = std::malloc(bytes == 0 ? 1 : bytes);
+    if (p != nullptr) owned_.push_back(p);
+    return p;
+  }
+  int put(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  }
+  int get(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+    return 0;
+  }
+  int sync() { return 0; }
+  cudaStream_t stream() const { return nullptr; }
+
+ private:
+  std::vector<void*> owned_;
+};
+#endif
+
+template <typename T>
+T* allocOf(Mem& mem, size_t count) {
+  return static_cast<T*>(mem.alloc(count * sizeof(T)));
+}
+
+double nowSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#ifdef NVIDIA_CLIENT_CUDA
+// Rank 0 prints the time per call of a float sum all-reduce of `bytes`
+// (median of 5 batches of `iters` calls after 3 warm-up calls) and its bus
+// bandwidth, as nccl-tests counts it: 2 (n - 1) / n of the bytes.
+int timeAllReduce(Mem& mem, ncclComm_t comm, int rank, int nranks, size_t bytes, int iters) {
+  const size_t count = bytes / sizeof(float);
+  float* buf = allocOf<float>(mem, count);
+  CHECK(buf != nullptr);
+  CUDACHECK(cudaMemsetAsync(buf, 0, bytes, mem.stream()));
+  for (int i = 0; i < 3; ++i) {
+    NCCLCHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, mem.stream()));
+  }
+  CHECK(mem.sync() == 0);
+  std::vector<double> batches;
+  for (int b = 0; b < 5; ++b) {
+    const double t0 = nowSeconds();
+    for (int i = 0; i < iters; ++i) {
+      NCCLCHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, mem.stream()));
+    }
+    CHECK(mem.sync() == 0);
+    batches.push_back((nowSeconds() - t0) / iters);
+  }
+  std::sort(batches.begin(), batches.end());
+  const double t = batches[batches.size() / 2];
+  if (rank == 0) {
+    std::printf("perf: %d ranks, all_reduce float sum %zu B: %.1f us per call, busbw %.2f GB/s\n",
+                nranks, bytes, t * 1e6, 2.0 * (nranks - 1) / nranks * bytes / t / 1e9);
+  }
+  return 0;
+}
+#endif
+
 int runRank(int rank, int nranks, const ncclUniqueId& id) {
   gRank = rank;
+  Mem mem;
+  CHECK(mem.init(rank) == 0);
   ncclComm_t comm = nullptr;
   NCCLCHECK(ncclCommInitRank(&comm, nranks, id, rank));
   int n = -1, r = -1;
   NCCLCHECK(ncclCommCount(comm, &n));
   NCCLCHECK(ncclCommUserRank(comm, &r));
   CHECK(n == nranks && r == rank);
+  cudaStream_t stream = mem.stream();
 
-  // AllReduce, int32 sum, odd count, exact.
+  // Every collective is enqueued on the stream between an asynchronous copy
+  // in and an asynchronous copy out; the host looks at the results only after
+  // one synchronisation at the end.
+
+  // AllReduce, int32 sum, odd count, exact; then the same in place.
   const size_t count = (1u << 16) + 3;
-  std::vector<int32_t> send(count), recv(count, -1);
+  std::vector<int32_t> send(count), recv(count, -1), inplace(count, -1);
   for (size_t i = 0; i < count; ++i) send[i] = rank * 1000 + static_cast<int32_t>(i % 97);
-  NCCLCHECK(ncclAllReduce(send.data(), recv.data(), count, ncclInt32, ncclSum, comm, nullptr));
-  const int32_t rankSum = 1000 * nranks * (nranks - 1) / 2;
-  for (size_t i = 0; i < count; ++i) {
-    CHECK(recv[i] == rankSum + nranks * static_cast<int32_t>(i % 97));
-  }
+  int32_t* dSend = allocOf<int32_t>(mem, count);
+  int32_t* dRecv = allocOf<int32_t>(mem, count);
+  CHECK(dSend != nullptr && dRecv != nullptr);
+  CHECK(mem.put(dSend, send.data(), count * sizeof(int32_t)) == 0);
+  NCCLCHECK(ncclAllReduce(dSend, dRecv, count, ncclInt32, ncclSum, comm, stream));
+  CHECK(mem.get(recv.data(), dRecv, count * sizeof(int32_t)) == 0);
+  NCCLCHECK(ncclAllReduce(dSend, dSend, count, ncclInt32, ncclSum, comm, stream));
+  CHECK(mem.get(inplace.data(), dSend, count * sizeof(int32_t)) == 0);
 
-  // AllGather, int32.
+  // AllGather, int32, unaligned count.
   const size_t per = 1001;
   std::vector<int32_t> mine(per), all(per * nranks, -1);
   for (size_t i = 0; i < per; ++i) mine[i] = rank * 100000 + static_cast<int32_t>(i);
-  NCCLCHECK(ncclAllGather(mine.data(), all.data(), per, ncclInt32, comm, nullptr));
+  int32_t* dMine = allocOf<int32_t>(mem, per);
+  int32_t* dAll = allocOf<int32_t>(mem, per * nranks);
+  CHECK(dMine != nullptr && dAll != nullptr);
+  CHECK(mem.put(dMine, mine.data(), per * sizeof(int32_t)) == 0);
+  NCCLCHECK(ncclAllGather(dMine, dAll, per, ncclInt32, comm, stream));
+  CHECK(mem.get(all.data(), dAll, all.size() * sizeof(int32_t)) == 0);
+
+  // ReduceScatter, int64 max: block p of rank q holds p * 7 + q + i.
+  const size_t rsPer = 777;
+  std::vector<int64_t> rsIn(rsPer * nranks), rsOut(rsPer, -1);
   for (int p = 0; p < nranks; ++p) {
-    for (size_t i = 0; i < per; ++i) {
-      CHECK(all[p * per + i] == p * 100000 + static_cast<int32_t>(i));
-    }
+    for (size_t i = 0; i < rsPer; ++i) rsIn[p * rsPer + i] = p * 7 + rank + static_cast<int64_t>(i);
   }
+  int64_t* dRsIn = allocOf<int64_t>(mem, rsIn.size());
+  int64_t* dRsOut = allocOf<int64_t>(mem, rsPer);
+  CHECK(dRsIn != nullptr && dRsOut != nullptr);
+  CHECK(mem.put(dRsIn, rsIn.data(), rsIn.size() * sizeof(int64_t)) == 0);
+  NCCLCHECK(ncclReduceScatter(dRsIn, dRsOut, rsPer, ncclInt64, ncclMax, comm, stream));
+  CHECK(mem.get(rsOut.data(), dRsOut, rsPer * sizeof(int64_t)) == 0);
 
   // Broadcast from the last rank, float (values exactly representable).
   const int root = nranks - 1;
   const size_t bcount = 4099;
   std::vector<float> src(bcount), dst(bcount, 0.0f);
   for (size_t i = 0; i < bcount; ++i) src[i] = rank == root ? 7.0f * i + 1.0f : -1.0f;
-  NCCLCHECK(ncclBroadcast(src.data(), dst.data(), bcount, ncclFloat32, root, comm, nullptr));
+  float* dSrc = allocOf<float>(mem, bcount);
+  float* dDst = allocOf<float>(mem, bcount);
+  CHECK(dSrc != nullptr && dDst != nullptr);
+  CHECK(mem.put(dSrc, src.data(), bcount * sizeof(float)) == 0);
+  NCCLCHECK(ncclBroadcast(dSrc, dDst, bcount, ncclFloat32, root, comm, stream));
+  CHECK(mem.get(dst.data(), dDst, bcount * sizeof(float)) == 0);
+
+  // A group of two all-reduces (double sum and uint8 min), 3 and 0 elements.
+  std::vector<double> g1(3);
+  for (size_t i = 0; i < g1.size(); ++i) g1[i] = 0.5 * (rank + 1) + static_cast<double>(i);
+  double* dG1 = allocOf<double>(mem, g1.size());
+  uint8_t* dG2 = allocOf<uint8_t>(mem, 0);
+  CHECK(dG1 != nullptr && dG2 != nullptr);
+  CHECK(mem.put(dG1, g1.data(), g1.size() * sizeof(double)) == 0);
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(dG1, dG1, g1.size(), ncclFloat64, ncclSum, comm, stream));
+  NCCLCHECK(ncclAllReduce(dG2, dG2, 0, ncclUint8, ncclMin, comm, stream));
+  NCCLCHECK(ncclGroupEnd());
+  CHECK(mem.get(g1.data(), dG1, g1.size() * sizeof(double)) == 0);
+
+  CHECK(mem.sync() == 0);
+  const int32_t rankSum = 1000 * nranks * (nranks - 1) / 2;
+  for (size_t i = 0; i < count; ++i) {
+    CHECK(recv[i] == rankSum + nranks * static_cast<int32_t>(i % 97));
+    CHECK(inplace[i] == recv[i]);
+  }
+  for (int p = 0; p < nranks; ++p) {
+    for (size_t i = 0; i < per; ++i) {
+      CHECK(all[p * per + i] == p * 100000 + static_cast<int32_t>(i));
+    }
+  }
+  for (size_t i = 0; i < rsPer; ++i) {
+    CHECK(rsOut[i] == rank * 7 + (nranks - 1) + static_cast<int64_t>(i));
+  }
   for (size_t i = 0; i < bcount; ++i) CHECK(dst[i] == 7.0f * i + 1.0f);
+  // Sums of halves and small integers: exact in double in any order.
+  for (size_t i = 0; i < g1.size(); ++i) {
+    CHECK(g1[i] == 0.25 * nranks * (nranks + 1) + nranks * static_cast<double>(i));
+  }
+
+#ifdef NVIDIA_CLIENT_CUDA
+  CHECK(timeAllReduce(mem, comm, rank, nranks, 64u << 20, 10) == 0);
+  CHECK(timeAllReduce(mem, comm, rank, nranks, 8, 200) == 0);
+#endif
 
   NCCLCHECK(ncclCommDestroy(comm));
   std::printf("[rank %d] ok\n", rank);
@@ -186,11 +388,33 @@ int child(int rank, int nranks, const std::vector<int>& readFds, const std::vect
   return runRank(rank, nranks, id);
 }
 
-double nowSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
+#ifdef NVIDIA_CLIENT_CUDA
+// 0 when a GPU is usable, 77 (skipped, with the reason) when not. Asked in a
+// child: CUDA must not be initialised in a process that forks afterwards.
+int probeGpu() {
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::perror("fork");
+    return 1;
+  }
+  if (pid == 0) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      std::printf("SKIP: no usable GPU (%s)\n",
+                  e != cudaSuccess ? cudaGetErrorString(e) : "no device");
+      std::fflush(stdout);
+      _exit(77);
+    }
+    std::printf("%d GPU(s) visible\n", n);
+    std::fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;
+  return WEXITSTATUS(status);
 }
+#endif
 
 }  // namespace
 
@@ -203,6 +427,12 @@ int main(int argc, char** argv) {
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (checkRunningTutti(nvidiaPath) != 0) return 1;
+#ifdef NVIDIA_CLIENT_CUDA
+  if (int rc = probeGpu(); rc != 0) return rc;
+  const double limit = 240.0;
+#else
+  const double limit = 100.0;
+#endif
 
   // pipe r carries the id from rank 0 to rank r.
   std::vector<int> readFds(nranks, -1), writeFds(nranks, -1);
@@ -237,10 +467,10 @@ int main(int argc, char** argv) {
     close(writeFds[r]);
   }
 
-  // Wait for all children, at most 100 s (ctest's timeout is 120 s).
+  // Wait for all children, at most `limit` seconds (within ctest's timeout).
   int failed = 0;
   size_t left = pids.size();
-  const double deadline = nowSeconds() + 100.0;
+  const double deadline = nowSeconds() + limit;
   std::vector<bool> done(pids.size(), false);
   while (left > 0) {
     for (size_t i = 0; i < pids.size(); ++i) {
