@@ -25,6 +25,10 @@
 //   ncclScalarDevice residence is read when the kernel runs.
 // - IPC (TUTTI_PLUGIN_CAP_IPC_NEEDS_FD): the handle carries a dup of the
 //   allocation's memfd (format in emu_memory.cc); importerPids are not needed.
+// - Fault injection, for tests of what tutti does when IPC set-up fails on
+//   some ranks: with XPU_EMU_FAIL_IPC_EXPORT=K (XPU_EMU_FAIL_IPC_IMPORT=K),
+//   every K-th ipcExport (ipcImport) call of the process fails with
+//   ncclSystemError; 0 or unset: never.
 //
 // Errors: every failure sets the thread's lastError; C++ exceptions are caught
 // at this boundary (bad_alloc, thread creation) and become ncclSystemError.
@@ -32,6 +36,7 @@
 // and joins every queue worker and unmaps all memory.
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -84,6 +89,21 @@ struct Context {
   int nDevices = 0;
   int current = 0;
   MemoryRegistry mem;
+  // Fault injection (see the top of this file): every failEvery[i]-th call
+  // fails, 0 never; calls[i] counts them. [0] ipcExport, [1] ipcImport.
+  int failEvery[2] = {0, 0};
+  std::atomic<uint64_t> calls[2] = {0, 0};
+  // ncclSystemError when this call of `what` (0 export, 1 import) is one to fail.
+  ncclResult_t injectedFault(int what) {
+    if (failEvery[what] == 0) return ncclSuccess;
+    const uint64_t k = calls[what].fetch_add(1) + 1;
+    if (k % static_cast<uint64_t>(failEvery[what]) != 0) return ncclSuccess;
+    const char* name = what == 0 ? "ipcExport" : "ipcImport";
+    return setError(ncclSystemError, std::string(name) + ": injected fault (call " +
+                                         std::to_string(k) + ", XPU_EMU_FAIL_IPC_" +
+                                         (what == 0 ? "EXPORT" : "IMPORT") + "=" +
+                                         std::to_string(failEvery[what]) + ")");
+  }
 
   std::mutex mu;  // guards the maps below
   std::map<Queue*, std::unique_ptr<Queue>> queues;
@@ -227,7 +247,14 @@ ncclResult_t emuInit(const tuttiBackendHost_v1* host, void** ctx) {
     if (nDevices == 0) return setError(ncclSystemError, "init: no devices (XPU_EMU_DEVICES=0)");
     r = parseCountEnv("XPU_EMU_DEVICE", 0, 0, nDevices - 1, &current);
     if (r != ncclSuccess) return r;
+    int failExport = 0, failImport = 0;
+    if ((r = parseCountEnv("XPU_EMU_FAIL_IPC_EXPORT", 0, 0, 1 << 30, &failExport)) != ncclSuccess)
+      return r;
+    if ((r = parseCountEnv("XPU_EMU_FAIL_IPC_IMPORT", 0, 0, 1 << 30, &failImport)) != ncclSuccess)
+      return r;
     auto c = std::make_unique<Context>();
+    c->failEvery[0] = failExport;
+    c->failEvery[1] = failImport;
     if (host != nullptr &&
         host->structSize >= offsetof(tuttiBackendHost_v1, log) + sizeof(host->log))
       c->log = host->log;
@@ -535,6 +562,7 @@ ncclResult_t emuIpcExport(void* ctx, void* ptr, uint64_t size, const int32_t* /*
   if (r != ncclSuccess) return r;
   if (handle == nullptr) return setError(ncclInvalidArgument, "ipcExport: handle is NULL");
   if (ptr == nullptr) return setError(ncclInvalidArgument, "ipcExport: ptr is NULL");
+  if ((r = c->injectedFault(0)) != ncclSuccess) return r;
   return guarded("ipcExport", [&] { return c->mem.exportIpc(ptr, size, handle); });
 }
 
@@ -546,6 +574,7 @@ ncclResult_t emuIpcImport(void* ctx, int32_t device, const tuttiPluginIpcHandle_
   if (handle == nullptr || ptr == nullptr)
     return setError(ncclInvalidArgument, "ipcImport: handle or ptr is NULL");
   if ((r = checkDevice(c, device, "ipcImport")) != ncclSuccess) return r;
+  if ((r = c->injectedFault(1)) != ncclSuccess) return r;
   return guarded("ipcImport", [&] { return c->mem.importIpc(device, handle, ptr); });
 }
 

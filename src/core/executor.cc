@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -22,8 +23,12 @@ constexpr size_t kHdr = sizeof(MsgHeader);
 // Messages of at most this many bytes on the wire travel on channel 0 only,
 // so that a rank waiting for nothing but small messages from a peer waits on
 // one socket (and can spin on its recv instead of on poll; see execute).
-// Larger ones take whichever channel is free.
-constexpr size_t kSmallMessageBytes = 4096;
+// Larger ones take whichever channel is free. 64 KiB, not 4: over loopback,
+// 8-64 KiB all-reduces took 1.05-1.2x less time on one socket (2 and 4 ranks,
+// docs/comparison.md), and one stream of 64 KiB is no bottleneck for a rank.
+// A run lowers it to half the pipeline chunk (TUTTI_CHUNK_SIZE), so that the
+// chunks of a pipelined collective still spread over the channels.
+constexpr size_t kSmallMessageBytes = 64 << 10;
 
 struct Key {
   int peer;
@@ -64,7 +69,7 @@ struct PeerRun {
   uint64_t recvSeq = 0;  // expected on this operation's messages from the peer
   std::deque<uint32_t> ready;
   size_t recvsLeft = 0, sendsLeft = 0;
-  size_t bigRecvsLeft = 0;  // receives above kSmallMessageBytes: they may come on any channel
+  size_t bigRecvsLeft = 0;  // receives not channel0Only: they may come on any channel
   std::vector<Out> out;  // per channel
   std::vector<In> in;    // per channel
   // Channels whose peer closed them between two messages. That is not an
@@ -94,7 +99,8 @@ struct FlatRef {
 
 class Run {
  public:
-  explicit Run(Work* w) : w_(w), c_(w->comm) {}
+  explicit Run(Work* w)
+      : w_(w), c_(w->comm), smallBytes_(std::min(kSmallMessageBytes, c_->chunkBytes() / 2)) {}
 
   // The peers this run exchanges messages with (they must be connected
   // before start()).
@@ -126,6 +132,9 @@ class Run {
   Status reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
                        const algo::Schedule& sched, const algo::RecvStep& r, bool* progress);
   Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
+  // Whether a message of `bytes` payload travels on channel 0 only
+  // (kSmallMessageBytes); sender and receiver decide alike.
+  bool channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) const;
   // Records `p` as the peer whose connection failed (the root-cause lookup
   // starts there) and returns `st`, prefixed with `what` and the peer.
   Status peerFailure(const PeerRun& p, const Status& st, const char* what) {
@@ -135,6 +144,7 @@ class Run {
 
   Work* w_;
   Comm* c_;
+  size_t smallBytes_;  // channel0Only's limit
   std::vector<FlatRef> sends_, recvs_;
   std::vector<std::vector<uint32_t>> waiters_;  // per flat recv: flat sends
   std::vector<uint8_t> recvDone_;               // per flat recv
@@ -154,9 +164,8 @@ size_t wireSize(const algo::Schedule& s, bool encoded, size_t bytes) {
   return encoded ? cpu::wireBytes(formatOf(s.wire.format), bytes / sizeof(float)) : bytes;
 }
 
-// Whether such a message travels on channel 0 only (kSmallMessageBytes).
-bool channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) {
-  return wireSize(s, encoded, bytes) <= kSmallMessageBytes;
+bool Run::channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) const {
+  return wireSize(s, encoded, bytes) <= smallBytes_;
 }
 
 void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src, uint8_t* err,
@@ -584,7 +593,7 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       // A message of this operation held back for a dependency: no poll
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
-      // Channels above 0 carry only messages above kSmallMessageBytes.
+      // Channels above 0 carry only messages that are not channel0Only.
       const bool wantRecv = p.recvsLeft && !p.closed[ch] && !parked && !held &&
                             (ch == 0 || p.bigRecvsLeft > 0);
       // Bytes the connection read ahead: a poll would not show them.
