@@ -202,6 +202,20 @@ T* allocOf(Mem& mem, size_t count) {
   return static_cast<T*>(mem.alloc(count * sizeof(T)));
 }
 
+// A buffer holding a copy of `host` (enqueued on the stream), or nullptr.
+template <typename T>
+T* copyOf(Mem& mem, const std::vector<T>& host) {
+  T* d = allocOf<T>(mem, host.size());
+  if (d != nullptr && mem.put(d, host.data(), host.size() * sizeof(T)) != 0) return nullptr;
+  return d;
+}
+
+// Enqueues the copy of `d` back into `host` (all of host.size()).
+template <typename T>
+int fetch(Mem& mem, std::vector<T>& host, const T* d) {
+  return mem.get(host.data(), d, host.size() * sizeof(T));
+}
+
 double nowSeconds() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -260,25 +274,23 @@ int runRank(int rank, int nranks, const ncclUniqueId& id) {
   const size_t count = (1u << 16) + 3;
   std::vector<int32_t> send(count), recv(count, -1), inplace(count, -1);
   for (size_t i = 0; i < count; ++i) send[i] = rank * 1000 + static_cast<int32_t>(i % 97);
-  int32_t* dSend = allocOf<int32_t>(mem, count);
+  int32_t* dSend = copyOf(mem, send);
   int32_t* dRecv = allocOf<int32_t>(mem, count);
   CHECK(dSend != nullptr && dRecv != nullptr);
-  CHECK(mem.put(dSend, send.data(), count * sizeof(int32_t)) == 0);
   NCCLCHECK(ncclAllReduce(dSend, dRecv, count, ncclInt32, ncclSum, comm, stream));
-  CHECK(mem.get(recv.data(), dRecv, count * sizeof(int32_t)) == 0);
+  CHECK(fetch(mem, recv, dRecv) == 0);
   NCCLCHECK(ncclAllReduce(dSend, dSend, count, ncclInt32, ncclSum, comm, stream));
-  CHECK(mem.get(inplace.data(), dSend, count * sizeof(int32_t)) == 0);
+  CHECK(fetch(mem, inplace, dSend) == 0);
 
   // AllGather, int32, unaligned count.
   const size_t per = 1001;
   std::vector<int32_t> mine(per), all(per * nranks, -1);
   for (size_t i = 0; i < per; ++i) mine[i] = rank * 100000 + static_cast<int32_t>(i);
-  int32_t* dMine = allocOf<int32_t>(mem, per);
-  int32_t* dAll = allocOf<int32_t>(mem, per * nranks);
+  int32_t* dMine = copyOf(mem, mine);
+  int32_t* dAll = allocOf<int32_t>(mem, all.size());
   CHECK(dMine != nullptr && dAll != nullptr);
-  CHECK(mem.put(dMine, mine.data(), per * sizeof(int32_t)) == 0);
   NCCLCHECK(ncclAllGather(dMine, dAll, per, ncclInt32, comm, stream));
-  CHECK(mem.get(all.data(), dAll, all.size() * sizeof(int32_t)) == 0);
+  CHECK(fetch(mem, all, dAll) == 0);
 
   // ReduceScatter, int64 max: block p of rank q holds p * 7 + q + i.
   const size_t rsPer = 777;
@@ -286,37 +298,34 @@ int runRank(int rank, int nranks, const ncclUniqueId& id) {
   for (int p = 0; p < nranks; ++p) {
     for (size_t i = 0; i < rsPer; ++i) rsIn[p * rsPer + i] = p * 7 + rank + static_cast<int64_t>(i);
   }
-  int64_t* dRsIn = allocOf<int64_t>(mem, rsIn.size());
+  int64_t* dRsIn = copyOf(mem, rsIn);
   int64_t* dRsOut = allocOf<int64_t>(mem, rsPer);
   CHECK(dRsIn != nullptr && dRsOut != nullptr);
-  CHECK(mem.put(dRsIn, rsIn.data(), rsIn.size() * sizeof(int64_t)) == 0);
   NCCLCHECK(ncclReduceScatter(dRsIn, dRsOut, rsPer, ncclInt64, ncclMax, comm, stream));
-  CHECK(mem.get(rsOut.data(), dRsOut, rsPer * sizeof(int64_t)) == 0);
+  CHECK(fetch(mem, rsOut, dRsOut) == 0);
 
   // Broadcast from the last rank, float (values exactly representable).
   const int root = nranks - 1;
   const size_t bcount = 4099;
   std::vector<float> src(bcount), dst(bcount, 0.0f);
   for (size_t i = 0; i < bcount; ++i) src[i] = rank == root ? 7.0f * i + 1.0f : -1.0f;
-  float* dSrc = allocOf<float>(mem, bcount);
+  float* dSrc = copyOf(mem, src);
   float* dDst = allocOf<float>(mem, bcount);
   CHECK(dSrc != nullptr && dDst != nullptr);
-  CHECK(mem.put(dSrc, src.data(), bcount * sizeof(float)) == 0);
   NCCLCHECK(ncclBroadcast(dSrc, dDst, bcount, ncclFloat32, root, comm, stream));
-  CHECK(mem.get(dst.data(), dDst, bcount * sizeof(float)) == 0);
+  CHECK(fetch(mem, dst, dDst) == 0);
 
   // A group of two all-reduces (double sum and uint8 min), 3 and 0 elements.
   std::vector<double> g1(3);
   for (size_t i = 0; i < g1.size(); ++i) g1[i] = 0.5 * (rank + 1) + static_cast<double>(i);
-  double* dG1 = allocOf<double>(mem, g1.size());
+  double* dG1 = copyOf(mem, g1);
   uint8_t* dG2 = allocOf<uint8_t>(mem, 0);
   CHECK(dG1 != nullptr && dG2 != nullptr);
-  CHECK(mem.put(dG1, g1.data(), g1.size() * sizeof(double)) == 0);
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclAllReduce(dG1, dG1, g1.size(), ncclFloat64, ncclSum, comm, stream));
   NCCLCHECK(ncclAllReduce(dG2, dG2, 0, ncclUint8, ncclMin, comm, stream));
   NCCLCHECK(ncclGroupEnd());
-  CHECK(mem.get(g1.data(), dG1, g1.size() * sizeof(double)) == 0);
+  CHECK(fetch(mem, g1, dG1) == 0);
 
   CHECK(mem.sync() == 0);
   const int32_t rankSum = 1000 * nranks * (nranks - 1) / 2;
