@@ -30,7 +30,7 @@ mkdir -p "$out/bin" "$out/lib" "$out/tutti" "$out/nccl"
 
 # Test programs, when built (the core's device tests are optional here).
 progs=(cuda_plugin_check device_cuda_plugin_load_test device_cuda_kernel_ops_test
-       device_conformance_test device_collectives_test nccl_preload_cuda tutti-perf)
+       device_conformance_test nccl_preload_cuda tutti-perf)
 for p in "${progs[@]}"; do
   for d in "$build/tests" "$build/tests/device" "$build/tests/abi" "$build/bench/tutti_perf"; do
     if [[ -x $d/$p ]]; then
@@ -39,6 +39,12 @@ for p in "${progs[@]}"; do
     fi
   done
 done
+# The device collectives tests are one program built once per variant, its
+# backend chosen by TUTTI_BACKEND_PLUGIN at run time: the cpu variant serves
+# (run_on_gpu.sh sets TUTTI_BACKEND_PLUGIN=cuda).
+if [[ -x $build/tests/device/device_collectives_test_cpu ]]; then
+  cp "$build/tests/device/device_collectives_test_cpu" "$out/bin/device_collectives_test"
+fi
 cp "$build"/tutti/libtutti-backend-*.so "$out/tutti/"
 for f in "$build"/libtutti.so*; do
   [[ -e $f ]] && cp -P "$f" "$out/lib/"

@@ -92,9 +92,13 @@ else
   else
     missing conformance_cuda "device_conformance_test not in the pack"
   fi
-  if [[ -x $(exe device_collectives_test) ]]; then
-    TUTTI_BACKEND_PLUGIN=cuda NCCL_SOCKET_IFNAME=lo step collectives_cuda 180 \
-      "$(exe device_collectives_test)" --gtest_brief=1
+  # In a build dir the program is device_collectives_test_cpu (one build per
+  # ctest variant; the backend comes from TUTTI_BACKEND_PLUGIN).
+  coll=$(exe device_collectives_test)
+  [[ -x $coll ]] || coll=$(exe device_collectives_test_cpu)
+  if [[ -x $coll ]]; then
+    TUTTI_BACKEND_PLUGIN=cuda NCCL_SOCKET_IFNAME=lo step collectives_cuda 180 "$coll" \
+      --gtest_brief=1
   else
     missing collectives_cuda "device_collectives_test not in the pack"
   fi
