@@ -385,6 +385,16 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     if (!op.direct) {
       complete(op);
       op.done = true;
+      // Rooted collectives: the senders (a broadcast's root, a reduce's
+      // non-roots) do not wait for the receiver and often have written the
+      // next small slot already, so fetch its line while the caller returns
+      // and calls again (2 ranks, 8 B-2 KiB broadcast: 1.17-1.39x, medians
+      // of 5 paired runs). Symmetric collectives gain nothing: the peer's
+      // next slot is rarely written yet.
+      if (op.cls == 0 && (op.coll == Collective::kBroadcast || op.coll == Collective::kReduce))
+        for (int q = 0; q < nranks_; ++q)
+          if (q != rank_ && needs(op, rank_, q))
+            __builtin_prefetch(seg_->payload(q, slotOf(0, op.seq + 1)));
       *moved = true;
       return Status::ok();
     }
