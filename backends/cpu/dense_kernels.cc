@@ -212,6 +212,46 @@ TUTTI_DENSE_INLINE void addPendingInto(const float* m, float* e, const float* p,
   }
 }
 
+// addPendingInto on NR rows at once (m, e at the first row, pitch cols; p at the first row's
+// pending P, pitch r): each block of qb is loaded once for the NR rows, which divides the
+// stream of packed Q through L2 (as large as M' for r = 4) by NR. projectRows uses NR = 4
+// (4096 x 4096, r = 4, on Zen 5: 8.9 ms against 10.3 for NR = 1 or 2 and 9.7 for 8). Every
+// element gets the same chain and the same two roundings as in addPendingInto. The rows' loads
+// come before their stores, so no load follows a store to the same 4 KiB offset of another row.
+template <int R, int NR>
+TUTTI_DENSE_INLINE void addPendingIntoRows(const float* m, float* e, size_t cols,
+                                           const float* p, const float* qb, size_t r, size_t n) {
+  const size_t rank = R > 0 ? R : r;
+  size_t x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const float* q = qb + x * rank;
+    __m256 a[NR];
+#pragma GCC unroll 8
+    for (int row = 0; row < NR; ++row) a[row] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (size_t k = 0; k < rank; ++k) {
+      const __m256 qv = _mm256_loadu_ps(q + k * 8);
+#pragma GCC unroll 8
+      for (int row = 0; row < NR; ++row)
+        a[row] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + row * rank + k), qv, a[row]);
+    }
+    __m256 d[NR];
+#pragma GCC unroll 8
+    for (int row = 0; row < NR; ++row) {
+      const size_t o = row * cols + x;
+      const __m256 diff = _mm256_sub_ps(_mm256_loadu_ps(e + o), a[row]);
+      d[row] = _mm256_add_ps(_mm256_loadu_ps(m + o), diff);
+    }
+#pragma GCC unroll 8
+    for (int row = 0; row < NR; ++row) _mm256_storeu_ps(e + row * cols + x, d[row]);
+  }
+  if (x < n) {
+    for (int row = 0; row < NR; ++row)
+      addPendingInto<R>(m + row * cols + x, e + row * cols + x, p + row * rank, qb + x * rank, r,
+                        n - x);
+  }
+}
+
 // Adds columns j..j+7 of 8 * G rows at src (pitch cols) to the chains s[g][kk] (lane a = row
 // 8g + a) of ranks k0..k0+KC-1: for b = 0..7 in order,
 // s[g][kk] = fma(M'[8g + a][j + b], Q[j + b][k0 + kk], s[g][kk]).
@@ -286,13 +326,15 @@ void projectRows(const float* M, float* E, size_t cols, const float* Q, size_t r
     const size_t j1 = std::min(cols, j0 + kChunkCols);
     if (E != nullptr && pending != nullptr) {
       const size_t pr = pending->r;
-      for (size_t a = 0; a < 8 * G; ++a) {
+      for (size_t a = 0; a < 8 * G; a += 4) {
         const float* pa = pending->P + a * pr;
         const float* qb = pending->Qb + j0 * pr;  // j0 is a multiple of 8
         if (pr == 4) {
-          addPendingInto<4>(M + a * cols + j0, E + a * cols + j0, pa, qb, pr, j1 - j0);
+          addPendingIntoRows<4, 4>(M + a * cols + j0, E + a * cols + j0, cols, pa, qb, pr,
+                                   j1 - j0);
         } else {
-          addPendingInto<0>(M + a * cols + j0, E + a * cols + j0, pa, qb, pr, j1 - j0);
+          addPendingIntoRows<0, 4>(M + a * cols + j0, E + a * cols + j0, cols, pa, qb, pr,
+                                   j1 - j0);
         }
       }
     } else if (E != nullptr) {
