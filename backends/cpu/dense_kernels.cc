@@ -185,39 +185,15 @@ TUTTI_DENSE_INLINE void addInto(const float* m, float* e, size_t n) {
   for (; x < n; ++x) e[x] = m[x] + e[x];
 }
 
-// e[x] = m[x] + (e[x] - a[x]) for x < n, a[x] the chain over k of p[k] * Q[x][k] with Q in
-// packPendingQ's blocks from qb (powerProject's M' with the pending residual update; the lanes
-// are columns, as in powerApprox, and each chain starts from +0 and runs over k in order).
-// R > 0 fixes the rank at compile time.
-template <int R>
-TUTTI_DENSE_INLINE void addPendingInto(const float* m, float* e, const float* p, const float* qb,
-                                       size_t r, size_t n) {
-  const size_t rank = R > 0 ? R : r;
-  size_t x = 0;
-  for (; x + 8 <= n; x += 8) {
-    const float* q = qb + x * rank;
-    __m256 a = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (size_t k = 0; k < rank; ++k) {
-      a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + k), _mm256_loadu_ps(q + k * 8), a);
-    }
-    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(e + x), a);
-    _mm256_storeu_ps(e + x, _mm256_add_ps(_mm256_loadu_ps(m + x), d));
-  }
-  for (; x < n; ++x) {
-    const float* q = qb + (x / 8) * 8 * rank + x % 8;
-    float a = 0.0f;
-    for (size_t k = 0; k < rank; ++k) a = std::fma(p[k], q[k * 8], a);
-    e[x] = m[x] + (e[x] - a);
-  }
-}
-
-// addPendingInto on NR rows at once (m, e at the first row, pitch cols; p at the first row's
-// pending P, pitch r): each block of qb is loaded once for the NR rows, which divides the
-// stream of packed Q through L2 (as large as M' for r = 4) by NR. projectRows uses NR = 4
-// (4096 x 4096, r = 4, on Zen 5: 8.9 ms against 10.3 for NR = 1 or 2 and 9.7 for 8). Every
-// element gets the same chain and the same two roundings as in addPendingInto. The rows' loads
-// come before their stores, so no load follows a store to the same 4 KiB offset of another row.
+// e[x] = m[x] + (e[x] - a[x]) for x < n on each of NR rows (m, e at the first row, pitch
+// cols; p at the first row's pending P, pitch r), a[x] the chain over k of p[k] * Q[x][k] with
+// Q in packPendingQ's blocks from qb (powerProject's M' with the pending residual update; the
+// lanes are columns, as in powerApprox, and each chain starts from +0 and runs over k in
+// order). R > 0 fixes the rank at compile time. Each block of qb is loaded once for the NR
+// rows, which divides the stream of packed Q through L2 (as large as M' for r = 4) by NR.
+// projectRows uses NR = 4 (4096 x 4096, r = 4, on Zen 5: 8.9 ms against 10.3 for NR = 1 or 2
+// and 9.7 for 8). The rows' loads come before their stores, so no load follows a store to the
+// same 4 KiB offset of another row.
 template <int R, int NR>
 TUTTI_DENSE_INLINE void addPendingIntoRows(const float* m, float* e, size_t cols,
                                            const float* p, const float* qb, size_t r, size_t n) {
@@ -245,10 +221,15 @@ TUTTI_DENSE_INLINE void addPendingIntoRows(const float* m, float* e, size_t cols
 #pragma GCC unroll 8
     for (int row = 0; row < NR; ++row) _mm256_storeu_ps(e + row * cols + x, d[row]);
   }
-  if (x < n) {
-    for (int row = 0; row < NR; ++row)
-      addPendingInto<R>(m + row * cols + x, e + row * cols + x, p + row * rank, qb + x * rank, r,
-                        n - x);
+  for (int row = 0; row < NR; ++row) {  // the columns after the last multiple of 8
+    const float* pr = p + row * rank;
+    for (size_t xx = x; xx < n; ++xx) {
+      const float* q = qb + (xx / 8) * 8 * rank + xx % 8;
+      float a = 0.0f;
+      for (size_t k = 0; k < rank; ++k) a = std::fma(pr[k], q[k * 8], a);
+      const size_t o = row * cols + xx;
+      e[o] = m[o] + (e[o] - a);
+    }
   }
 }
 
