@@ -17,6 +17,8 @@
 #include "compress/powersgd.h"
 #include "compress/wire.h"
 #include "core/log.h"
+#include "core/params.h"
+#include "transports/shm/cma.h"
 #include "tutti/tutti.h"
 
 namespace algo = tutti::algo;
@@ -38,6 +40,16 @@ struct tuttiCompressor {
   std::unordered_map<unsigned long long, Tensor> tensors;
   tuttiCompressionStats_t stats{};
   uint64_t wireBytes = 0;
+  // PowerSGD's residuals shared by the ranks of a node (compress/powersgd.h): -1 until the
+  // first PowerSGD state decides it (then 1: shared, 0: per rank); the node's ranks in member
+  // order, this rank's place among them, and each rank's process token (equal tokens: one
+  // address space).
+  int nodeShare = -1;
+  uint64_t shareMinBytes = 0;  // smaller matrices keep residuals per rank (agreed)
+  std::vector<int> nodeRanks;
+  int nodeIndex = 0;
+  std::vector<uint64_t> tokens;
+  std::vector<uint64_t> inputs;  // this call's input address of every rank
 };
 
 namespace {
@@ -106,6 +118,77 @@ tutti::Status statusOf(ncclResult_t rc, ncclComm* comm) {
   return tutti::Status(static_cast<tutti::Code>(rc), ncclGetLastError(comm));
 }
 
+// Whether PowerSGD's states share one residual per node: every rank must be able to read the
+// inputs of the others on its node. Decided by all ranks together at the first PowerSGD state
+// of a compressor (each reads a canary from every node member; one refusal anywhere keeps
+// residuals per rank everywhere). TUTTI_POWERSGD_NODE_FEEDBACK=0 on any rank turns it off;
+// matrices below TUTTI_POWERSGD_SHARE_MIN_BYTES (the largest any rank asks for) keep their
+// residuals per rank: sharing costs one more small all-reduce per call (the input addresses),
+// which only pays for itself on matrices of megabytes.
+ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
+                             const tutti::capi::Compressed* exact) {
+  namespace cma = tutti::transport::shm::cma;
+  if (c->nodeShare >= 0) return ncclSuccess;
+  ncclComm* comm = c->comm;
+  const int n = comm->nranks, me = comm->rank;
+  const tutti::algo::NodeMap& map = comm->impl->nodeMap();
+  const std::vector<int>& node = map.nodes[map.nodeOf[me]];
+  // A rank alone on its node has nothing to share and nothing against it.
+  const bool want = c->feedback && tutti::params::getBool("TUTTI_POWERSGD_NODE_FEEDBACK", true);
+  if (want && node.size() > 1) cma::allowPeerReads();
+  // Lives until every rank has probed it (they all have once the second all-reduce is done).
+  const uint64_t canary =
+      cma::processToken() ^ reinterpret_cast<uintptr_t>(&canary) ^ comm->impl->commHash();
+  constexpr int kFields = 4;  // process token, canary address, canary value, minimum bytes
+  std::vector<uint64_t> rec(kFields * static_cast<size_t>(n), 0);
+  uint64_t* mine = &rec[kFields * me];
+  mine[0] = cma::processToken();
+  mine[1] = reinterpret_cast<uintptr_t>(&canary);
+  mine[2] = canary;
+  mine[3] = static_cast<uint64_t>(
+      std::max<int64_t>(0, tutti::params::getInt("TUTTI_POWERSGD_SHARE_MIN_BYTES", 4 << 20)));
+  ncclResult_t rc = tutti::capi::allReduce(fn, rec.data(), rec.data(), rec.size(), ncclUint64,
+                                           ncclSum, comm, exact, nullptr);
+  if (rc != ncclSuccess) return rc;
+  int32_t ok = want ? 1 : 0;
+  std::string why = want ? "" : "not wanted here";
+  for (int q : node) {
+    if (q == me || !ok) continue;
+    uint64_t seen = 0;
+    const uint64_t* theirs = &rec[kFields * q];
+    const auto* addr = reinterpret_cast<const uint64_t*>(theirs[1]);
+    tutti::Status st;
+    if (theirs[0] == mine[0])
+      seen = *addr;
+    else
+      st = cma::read(static_cast<pid_t>(comm->impl->peer(q).pid), addr, &seen, sizeof(seen));
+    if (!st || seen != theirs[2]) {
+      ok = 0;
+      why = st ? "read a wrong value from " + comm->impl->describePeer(q) : st.message();
+    }
+  }
+  rc = tutti::capi::allReduce(fn, &ok, &ok, 1, ncclInt32, ncclMin, comm, exact, nullptr);
+  if (rc != ncclSuccess) return rc;
+  c->nodeShare = ok;
+  c->nodeRanks = node;
+  c->nodeIndex = static_cast<int>(std::find(node.begin(), node.end(), me) - node.begin());
+  c->tokens.resize(n);
+  c->shareMinBytes = 0;
+  for (int q = 0; q < n; ++q) {
+    c->tokens[q] = rec[kFields * q];
+    c->shareMinBytes = std::max(c->shareMinBytes, rec[kFields * q + 3]);
+  }
+  if (ok && node.size() > 1)
+    TUTTI_INFO(tutti::log::kColl,
+               "{}: PowerSGD keeps one residual per node for matrices of {} bytes and more, "
+               "shared by its ranks ({} here)",
+               fn, c->shareMinBytes, node.size());
+  else if (c->feedback)
+    TUTTI_INFO(tutti::log::kColl, "{}: PowerSGD keeps a residual per rank ({})", fn,
+               why.empty() ? "a rank elsewhere cannot share" : why);
+  return ncclSuccess;
+}
+
 ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count, int op,
                            unsigned long long key, size_t rows, size_t cols, cudaStream_t stream) {
   constexpr const char* fn = "tuttiAllReduceCompressed";
@@ -146,7 +229,12 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
       pc.epsilon = c->cfg.epsilon;
       pc.warmStart = c->cfg.warmStart == 1;
       pc.feedback = c->feedback;
-      t.powerSgd = std::make_unique<compress::PowerSgdState>(rows, cols, pc, key);
+      ncclResult_t rc = decideNodeShare(c, fn, &exact);
+      if (rc != ncclSuccess) return rc;
+      compress::NodeShare share;
+      if (c->nodeShare == 1 && count * sizeof(float) >= c->shareMinBytes)
+        share = {c->nodeIndex, static_cast<int>(c->nodeRanks.size()), true};
+      t.powerSgd = std::make_unique<compress::PowerSgdState>(rows, cols, pc, key, share);
     }
     auto sum = [&](float* data, size_t n) {
       ncclResult_t rc =
@@ -173,7 +261,29 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
     }
     if (st && !be->hostOnly()) st = be->sync(q);
     if (!st) return tutti::capi::fromStatus(st.withContext(fn), comm);
-    st = t.powerSgd->run(in, out, average, comm->nranks, sum);
+    compress::PowerSgdState::ReadInput read;
+    if (t.powerSgd->shared()) {
+      // Where each rank's input is this call (node members read their rows of it; every rank
+      // takes part, also one alone on its node).
+      c->inputs.assign(comm->nranks, 0);
+      c->inputs[comm->rank] = reinterpret_cast<uintptr_t>(in);
+      ncclResult_t rc =
+          tutti::capi::allReduce(fn, c->inputs.data(), c->inputs.data(), c->inputs.size(),
+                                 ncclUint64, ncclSum, comm, &exact, nullptr);
+      if (rc != ncclSuccess) return rc;
+      read = [c, comm](int member, size_t offset, void* dst, size_t bytes) {
+        const int q = c->nodeRanks[member];
+        const auto* src = reinterpret_cast<const char*>(c->inputs[q]) + offset;
+        if (c->tokens[q] == c->tokens[comm->rank]) {
+          memcpy(dst, src, bytes);
+          return tutti::Status::ok();
+        }
+        tutti::Status rs = tutti::transport::shm::cma::read(
+            static_cast<pid_t>(comm->impl->peer(q).pid), src, dst, bytes);
+        return rs ? rs : rs.withContext(comm->impl->describePeer(q));
+      };
+    }
+    st = t.powerSgd->run(in, out, average, comm->nranks, sum, read);
     if (st && device) st = be->copyAsync(recv, out, count * sizeof(float), q);
     if (st && device) st = be->sync(q);
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);

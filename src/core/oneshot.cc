@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "backends/cpu/kernels.h"
 #include "core/backoff.h"
@@ -96,16 +95,6 @@ struct DirectRecord {
   uint64_t count;
 };
 
-// A random value per process: two ranks with the same one share an address
-// space (a pid alone could repeat across pid namespaces).
-uint64_t processToken() {
-  static const uint64_t token = [] {
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-  }();
-  return token;
-}
-
 // coll | dt << 8 | op << 16 | root << 24 | count << 40 (count < 2^24: slots
 // are at most 1 MiB; a direct operation's full count is in its record).
 uint64_t signatureOf(const OneShotOp& op) {
@@ -192,10 +181,11 @@ Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotByt
   };
   static_assert(sizeof(Record) == 128 && std::is_trivially_copyable_v<Record>);
   std::vector<Record> recs(nranks);
-  const uint64_t canary = processToken() ^ reinterpret_cast<uintptr_t>(&recs) ^ comm->commHash();
+  const uint64_t canary =
+      transport::shm::cma::processToken() ^ reinterpret_cast<uintptr_t>(&recs) ^ comm->commHash();
   recs[rank].canaryAddr = reinterpret_cast<uintptr_t>(&canary);
   recs[rank].canaryValue = canary;
-  recs[rank].token = processToken();
+  recs[rank].token = transport::shm::cma::processToken();
   std::unique_ptr<ArenaSegment> seg;
   std::string name;
   if (rank == 0) {

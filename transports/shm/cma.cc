@@ -2,8 +2,10 @@
 
 #include <sys/prctl.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <random>
 
 #include "core/log.h"
 
@@ -14,6 +16,14 @@ void allowPeerReads() {
   // Fails with EINVAL where Yama is not built in: nothing to allow then.
   (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 #endif
+}
+
+uint64_t processToken() {
+  static const uint64_t token = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  }();
+  return token;
 }
 
 Status read(pid_t pid, const void* remote, void* local, size_t bytes) {

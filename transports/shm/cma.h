@@ -18,12 +18,16 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/status.h"
 
 namespace tutti::transport::shm::cma {
 
 void allowPeerReads();
+// A random value per process: two ranks with the same one share an address
+// space (a pid alone could repeat across pid namespaces).
+uint64_t processToken();
 Status read(pid_t pid, const void* remote, void* local, size_t bytes);
 
 }  // namespace tutti::transport::shm::cma
