@@ -151,7 +151,9 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
                                            ncclSum, comm, exact, nullptr);
   if (rc != ncclSuccess) return rc;
   int32_t ok = want ? 1 : 0;
-  std::string why = want ? "" : "not wanted here";
+  std::string why = want          ? ""
+                    : c->feedback ? "TUTTI_POWERSGD_NODE_FEEDBACK=0"
+                                  : "no error feedback";
   for (int q : node) {
     if (q == me || !ok) continue;
     uint64_t seen = 0;
