@@ -133,6 +133,10 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
   const int n = comm->nranks, me = comm->rank;
   const tutti::algo::NodeMap& map = comm->impl->nodeMap();
   const std::vector<int>& node = map.nodes[map.nodeOf[me]];
+  if (map.maxPerNode() <= 1) {  // every rank knows: nothing to share anywhere
+    c->nodeShare = 0;
+    return ncclSuccess;
+  }
   // A rank alone on its node has nothing to share and nothing against it.
   const bool want = c->feedback && tutti::params::getBool("TUTTI_POWERSGD_NODE_FEEDBACK", true);
   if (want && node.size() > 1) cma::allowPeerReads();
