@@ -81,7 +81,11 @@ ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes);
  * bit-identical on every rank. Error feedback (on by default for 1-bit and
  * PowerSGD) keeps what a call did not transmit and adds it to the next call
  * with the same key, so over many calls nothing is lost: the sum of the
- * outputs plus the residuals equals the sum of the exact results. */
+ * outputs plus the residuals equals the sum of the exact results. PowerSGD
+ * keeps one residual per node for large matrices, split by rows among the
+ * node's ranks, which read each other's inputs during the call (cross-memory
+ * attach; off where the ranks cannot, or with TUTTI_POWERSGD_NODE_FEEDBACK=0):
+ * the outputs are the same up to rounding. */
 
 typedef enum {
   tuttiCompressNone = 0,     /* exact all-reduce (for comparisons) */

@@ -94,7 +94,7 @@ Status PowerSgdState::runShared(const float* in, float* out, bool average, int n
     const size_t bytes = n * rowBytes;
     float* sumRows = chunk_.data();
     // The node's sum of these rows: the other members' in member order, then this rank's own
-    // (one rounding per add, in an order that does not depend on which rank owns the rows).
+    // (one rounding per add; only this rank computes these rows, so no other order matters).
     bool first = true;
     for (int m = 0; m < share_.count && readSt; ++m) {
       if (m == share_.index) continue;
