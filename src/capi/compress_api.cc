@@ -18,6 +18,7 @@
 #include "compress/wire.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/tsan.h"
 #include "transports/shm/cma.h"
 #include "tutti/tutti.h"
 
@@ -151,6 +152,7 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
   mine[2] = canary;
   mine[3] = static_cast<uint64_t>(
       std::max<int64_t>(0, tutti::params::getInt("TUTTI_POWERSGD_SHARE_MIN_BYTES", 4 << 20)));
+  tutti::core::tsanRelease(&canary);  // peers in this process read it directly (core/tsan.h)
   ncclResult_t rc = tutti::capi::allReduce(fn, rec.data(), rec.data(), rec.size(), ncclUint64,
                                            ncclSum, comm, exact, nullptr);
   if (rc != ncclSuccess) return rc;
@@ -164,16 +166,20 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
     const uint64_t* theirs = &rec[kFields * q];
     const auto* addr = reinterpret_cast<const uint64_t*>(theirs[1]);
     tutti::Status st;
-    if (theirs[0] == mine[0])
+    if (theirs[0] == mine[0]) {
+      tutti::core::tsanAcquire(addr);
       seen = *addr;
-    else
+      tutti::core::tsanRelease(addr);
+    } else {
       st = cma::read(static_cast<pid_t>(comm->impl->peer(q).pid), addr, &seen, sizeof(seen));
+    }
     if (!st || seen != theirs[2]) {
       ok = 0;
       why = st ? "read a wrong value from " + comm->impl->describePeer(q) : st.message();
     }
   }
   rc = tutti::capi::allReduce(fn, &ok, &ok, 1, ncclInt32, ncclMin, comm, exact, nullptr);
+  tutti::core::tsanAcquire(&canary);  // every reader is done with it
   if (rc != ncclSuccess) return rc;
   c->nodeShare = ok;
   c->nodeRanks = node;
@@ -273,6 +279,7 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
       // takes part, also one alone on its node).
       c->inputs.assign(comm->nranks, 0);
       c->inputs[comm->rank] = reinterpret_cast<uintptr_t>(in);
+      tutti::core::tsanRelease(in);  // node members in this process read it (core/tsan.h)
       ncclResult_t rc =
           tutti::capi::allReduce(fn, c->inputs.data(), c->inputs.data(), c->inputs.size(),
                                  ncclUint64, ncclSum, comm, &exact, nullptr);
@@ -281,7 +288,10 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
         const int q = c->nodeRanks[member];
         const auto* src = reinterpret_cast<const char*>(c->inputs[q]) + offset;
         if (c->tokens[q] == c->tokens[comm->rank]) {
+          const void* base = reinterpret_cast<const void*>(c->inputs[q]);
+          tutti::core::tsanAcquire(base);
           memcpy(dst, src, bytes);
+          tutti::core::tsanRelease(base);
           return tutti::Status::ok();
         }
         tutti::Status rs = tutti::transport::shm::cma::read(
@@ -289,7 +299,14 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
         return rs ? rs : rs.withContext(comm->impl->describePeer(q));
       };
     }
-    st = t.powerSgd->run(in, out, average, comm->nranks, sum, read);
+    // Once a sum is done the node members have read `in` (core/tsan.h).
+    auto sumShared = [&](float* data, size_t n) {
+      tutti::Status done = sum(data, n);
+      tutti::core::tsanAcquire(in);
+      return done;
+    };
+    st = t.powerSgd->shared() ? t.powerSgd->run(in, out, average, comm->nranks, sumShared, read)
+                              : t.powerSgd->run(in, out, average, comm->nranks, sum, read);
     if (st && device) st = be->copyAsync(recv, out, count * sizeof(float), q);
     if (st && device) st = be->sync(q);
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);

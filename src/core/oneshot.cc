@@ -10,43 +10,11 @@
 #include "core/comm.h"
 #include "core/log.h"
 #include "core/params.h"
+#include "core/tsan.h"
 #include "transports/shm/cma.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define TUTTI_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TUTTI_TSAN 1
-#endif
-#endif
-#ifdef TUTTI_TSAN
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#endif
 
 namespace tutti::core {
 namespace {
-
-// Ranks that are threads of one process synchronise a single-copy operation
-// through the arena, which each maps at its own address: ThreadSanitizer
-// cannot tell that the two addresses are one memory, so it would take the
-// owner's writes to its buffer and a reader's memcpy from it for a race.
-// These tell it about the ordering the arena provides, keyed by the buffer's
-// address (the same in both threads). No-ops in other builds.
-void orderRelease(const void* buf) {
-#ifdef TUTTI_TSAN
-  __tsan_release(const_cast<void*>(buf));
-#else
-  (void)buf;
-#endif
-}
-void orderAcquire(const void* buf) {
-#ifdef TUTTI_TSAN
-  __tsan_acquire(const_cast<void*>(buf));
-#else
-  (void)buf;
-#endif
-}
 
 using algo::Collective;
 using transport::shm::ArenaSegment;
@@ -287,9 +255,9 @@ bool OneShot::acked(int q, uint64_t seq) {
 
 Status OneShot::readPeer(int q, const void* remote, void* local, size_t bytes) {
   if (local_[q]) {
-    orderAcquire(remote);  // the owner's writes before it posted
+    tsanAcquire(remote);  // the owner's writes before it posted
     memcpy(local, remote, bytes);
-    orderRelease(remote);  // before the owner sees this rank's acknowledgement
+    tsanRelease(remote);  // before the owner sees this rank's acknowledgement
     return Status::ok();
   }
   Status st =
@@ -344,7 +312,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
     if (op.direct) {
       const bool owns = op.coll == Collective::kAllGather || rank_ == op.root;
-      if (owns) orderRelease(op.send);
+      if (owns) tsanRelease(op.send);
       const DirectRecord d{owns ? reinterpret_cast<uintptr_t>(op.send) : 0, op.count};
       memcpy(seg_->payload(rank_, slot), &d, sizeof(d));
     } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
@@ -396,7 +364,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
   // Direct: done once nobody reads this rank's buffer any more.
   for (int q = 0; q < nranks_; ++q)
     if (readsFrom(op, q, rank_) && !acked(q, op.seq)) return Status::ok();
-  orderAcquire(op.send);  // every reader's copy, before the caller reuses the buffer
+  tsanAcquire(op.send);  // every reader's copy, before the caller reuses the buffer
   op.done = true;
   ++directOps_;
   *moved = true;
