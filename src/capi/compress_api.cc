@@ -164,15 +164,9 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
     if (q == me || !ok) continue;
     uint64_t seen = 0;
     const uint64_t* theirs = &rec[kFields * q];
-    const auto* addr = reinterpret_cast<const uint64_t*>(theirs[1]);
-    tutti::Status st;
-    if (theirs[0] == mine[0]) {
-      tutti::core::tsanAcquire(addr);
-      seen = *addr;
-      tutti::core::tsanRelease(addr);
-    } else {
-      st = cma::read(static_cast<pid_t>(comm->impl->peer(q).pid), addr, &seen, sizeof(seen));
-    }
+    const auto* addr = reinterpret_cast<const void*>(theirs[1]);
+    tutti::Status st = cma::readPeer(static_cast<pid_t>(comm->impl->peer(q).pid),
+                                     theirs[0] == mine[0], addr, 0, &seen, sizeof(seen));
     if (!st || seen != theirs[2]) {
       ok = 0;
       why = st ? "read a wrong value from " + comm->impl->describePeer(q) : st.message();
@@ -286,27 +280,19 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
       if (rc != ncclSuccess) return rc;
       read = [c, comm](int member, size_t offset, void* dst, size_t bytes) {
         const int q = c->nodeRanks[member];
-        const auto* src = reinterpret_cast<const char*>(c->inputs[q]) + offset;
-        if (c->tokens[q] == c->tokens[comm->rank]) {
-          const void* base = reinterpret_cast<const void*>(c->inputs[q]);
-          tutti::core::tsanAcquire(base);
-          memcpy(dst, src, bytes);
-          tutti::core::tsanRelease(base);
-          return tutti::Status::ok();
-        }
-        tutti::Status rs = tutti::transport::shm::cma::read(
-            static_cast<pid_t>(comm->impl->peer(q).pid), src, dst, bytes);
+        tutti::Status rs = tutti::transport::shm::cma::readPeer(
+            static_cast<pid_t>(comm->impl->peer(q).pid), c->tokens[q] == c->tokens[comm->rank],
+            reinterpret_cast<const void*>(c->inputs[q]), offset, dst, bytes);
         return rs ? rs : rs.withContext(comm->impl->describePeer(q));
       };
     }
-    // Once a sum is done the node members have read `in` (core/tsan.h).
-    auto sumShared = [&](float* data, size_t n) {
+    // Once a sum is done the node members have read `in` (core/tsan.h; a no-op otherwise).
+    auto sumThenAcquire = [&](float* data, size_t n) {
       tutti::Status done = sum(data, n);
       tutti::core::tsanAcquire(in);
       return done;
     };
-    st = t.powerSgd->shared() ? t.powerSgd->run(in, out, average, comm->nranks, sumShared, read)
-                              : t.powerSgd->run(in, out, average, comm->nranks, sum, read);
+    st = t.powerSgd->run(in, out, average, comm->nranks, sumThenAcquire, read);
     if (st && device) st = be->copyAsync(recv, out, count * sizeof(float), q);
     if (st && device) st = be->sync(q);
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);

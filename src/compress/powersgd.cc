@@ -148,14 +148,11 @@ void PowerSgdState::finish(float* out, bool average, int nranks) {
   if (cfg_.feedback) {
     pendingP_ = p_;
     pendingQb_.resize(cpu::pendingQFloats(cols_, r_));
+    cpu::packPendingQ(q_.data(), cols_, r_, pendingQb_.data());
     // A node's residual lost k times the approximation of the average (one per member).
-    const float* qn = q_.data();
-    if (share_.count > 1) {
-      chunk_.resize(std::max(chunk_.size(), q_.size()));
-      cpu::scale(chunk_.data(), q_.data(), q_.size(), DataType::kFloat32, share_.count);
-      qn = chunk_.data();
-    }
-    cpu::packPendingQ(qn, cols_, r_, pendingQb_.data());
+    if (share_.count > 1)
+      cpu::scale(pendingQb_.data(), pendingQb_.data(), pendingQb_.size(), DataType::kFloat32,
+                 share_.count);
     pending_ = true;
   }
 }

@@ -254,14 +254,8 @@ bool OneShot::acked(int q, uint64_t seq) {
 }
 
 Status OneShot::readPeer(int q, const void* remote, void* local, size_t bytes) {
-  if (local_[q]) {
-    tsanAcquire(remote);  // the owner's writes before it posted
-    memcpy(local, remote, bytes);
-    tsanRelease(remote);  // before the owner sees this rank's acknowledgement
-    return Status::ok();
-  }
-  Status st =
-      transport::shm::cma::read(static_cast<pid_t>(comm_->peer(q).pid), remote, local, bytes);
+  Status st = transport::shm::cma::readPeer(static_cast<pid_t>(comm_->peer(q).pid), local_[q],
+                                            remote, 0, local, bytes);
   return st ? st : st.withContext(fmt::format("{} (single-copy path): ", comm_->describePeer(q)));
 }
 

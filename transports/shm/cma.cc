@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <random>
 
 #include "core/log.h"
+#include "core/tsan.h"
 
 namespace tutti::transport::shm::cma {
 
@@ -52,6 +54,16 @@ Status read(pid_t pid, const void* remote, void* local, size_t bytes) {
     src += static_cast<uintptr_t>(got);
     bytes -= static_cast<size_t>(got);
   }
+  return Status::ok();
+}
+
+Status readPeer(pid_t pid, bool sameProcess, const void* base, size_t offset, void* local,
+                size_t bytes) {
+  const char* src = static_cast<const char*>(base) + offset;
+  if (!sameProcess) return read(pid, src, local, bytes);
+  core::tsanAcquire(base);  // the owner's writes before it published the address
+  memcpy(local, src, bytes);
+  core::tsanRelease(base);  // before the owner learns that this reader is done
   return Status::ok();
 }
 
