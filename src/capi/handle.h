@@ -55,6 +55,12 @@ struct ncclComm {
   std::vector<UserOp> userOps;
   std::unordered_set<void*> registrations;
 
+  // The executor's work for the last collective this communicator ran on its
+  // own (outside a group, on host memory), and the call it was built for: a
+  // next call of the same shape reuses it (capi/nccl_api.cc, runAlone).
+  struct LastWork;
+  std::shared_ptr<LastWork> lastWork;
+
   std::mutex errMu;
   std::string lastError;
 };

@@ -278,15 +278,24 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
   return enqueue(fn, pending);
 }
 
+ncclResult_t runAlone(const PendingOp& op);
+
 ncclResult_t enqueue(const char*, PendingOp op) {
   core::OneShotOp small;
   // (Device backends stage buffers in groupEndImpl first.)
-  if (t_group.depth == 0 && op.comm->backend->hostOnly() && oneShotOp(op.comm, op, &small)) {
-    // The latency path: no group bookkeeping, no schedule, no executor.
-    tutti::log::setThreadRank(op.comm->rank);
-    std::lock_guard<std::mutex> lk(op.comm->impl->mutex());
-    Status st = op.comm->impl->oneShot()->run(small);
-    return st ? ncclSuccess : fromStatus(st, op.comm);
+  if (t_group.depth == 0 && op.comm->backend->hostOnly()) {
+    if (oneShotOp(op.comm, op, &small)) {
+      // The latency path: no group bookkeeping, no schedule, no executor.
+      tutti::log::setThreadRank(op.comm->rank);
+      std::lock_guard<std::mutex> lk(op.comm->impl->mutex());
+      Status st = op.comm->impl->oneShot()->run(small);
+      return st ? ncclSuccess : fromStatus(st, op.comm);
+    }
+    // A plain collective on its own: what ncclGroupEnd would do for it, without the group.
+    const bool plain = op.coll != Collective::kSend && op.coll != Collective::kRecv &&
+                       op.wire.format == algo::Wire::kRaw && !op.needsScale && !op.state &&
+                       !op.wireBytes && !op.comm->ipc;
+    if (plain) return runAlone(op);
   }
   t_group.ops.push_back(op);
   if (t_group.depth > 0) return ncclSuccess;
@@ -309,6 +318,22 @@ bool inPlaceOf(const PendingOp& o, size_t es) {
     default:
       return s == d;
   }
+}
+
+// The INFO line that says which algorithm runs an operation.
+void logAlgorithm(ncclComm* comm, const PendingOp& o, const algo::Schedule& s) {
+  // NCCL_ALGO is honoured when it names what runs (a two-level algorithm on
+  // one node runs as the ring).
+  const std::string& algoEnv = comm->impl->algoEnv();
+  const auto forcedAlgo = comm->impl->forcedAlgo();
+  const bool forced = forcedAlgo != algo::CollArgs::Algo::kAuto &&
+                      (o.coll == Collective::kAllReduce || o.coll == Collective::kAllGather ||
+                       o.coll == Collective::kReduceScatter) &&
+                      s.algorithm == algo::algoName(forcedAlgo);
+  TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
+             algo::collectiveName(o.coll), o.count, typeName(o.dt), comm->nranks, s.algorithm,
+             algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
+             algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"));
 }
 
 // Builds the work of one communicator for the operations of a group.
@@ -393,15 +418,7 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
         s.algorithm += o->wire.format == algo::Wire::kHalf ? "+fp16" : "+bf16";
       }
     }
-    // Honoured when it names what runs (a two-level algorithm on one node
-    // runs as the ring).
-    const bool forced =
-        a.algo != algo::CollArgs::Algo::kAuto && s.algorithm == algo::algoName(a.algo);
-    const std::string& algoEnv = comm->impl->algoEnv();
-    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
-               algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks, s.algorithm,
-               algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
-               algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"));
+    logAlgorithm(comm, *o, s);
     scratchOff.push_back(scratchTotal);
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));
@@ -434,6 +451,79 @@ Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core:
     for (size_t i = 1; i < w->schedules.size(); ++i) w->buffers[i][2] = base + scratchOff[i - 1];
   }
   return Status::ok();
+}
+
+}  // namespace
+
+// What the last collective run alone on a communicator was built for, and its
+// work (buffers aside, a schedule depends only on these and on the
+// communicator's settings, which are fixed at init).
+struct ncclComm::LastWork {
+  bool valid = false;
+  Collective coll{};
+  size_t count = 0;
+  int dt = 0, op = 0, root = 0;
+  bool inPlace = false;
+  algo::ReduceSpec spec;
+  tutti::core::Work work;
+  std::vector<tutti::core::Work*> ptrs;
+
+  bool matches(const PendingOp& o, bool inPlaceNow, const algo::ReduceSpec& specNow) const {
+    return valid && o.coll == coll && o.count == count && o.dt == dt && o.op == op &&
+           o.root == root && inPlaceNow == inPlace && specNow.dt == spec.dt &&
+           specNow.op == spec.op && specNow.scalar == spec.scalar &&
+           specNow.divisor == spec.divisor;
+  }
+};
+
+namespace {
+
+// One collective outside a group on host memory (no compression, no device
+// IPC): builds its work as ncclGroupEnd would, or, when the communicator's
+// last such call had the same shape, reuses that work with this call's
+// buffers, so a repeated call builds no schedule and allocates nothing.
+ncclResult_t runAlone(const PendingOp& op) {
+  ncclComm* comm = op.comm;
+  tutti::log::setThreadRank(comm->rank);
+  std::lock_guard<std::mutex> lk(comm->impl->mutex());
+  if (!comm->lastWork) comm->lastWork = std::make_shared<ncclComm::LastWork>();
+  ncclComm::LastWork& last = *comm->lastWork;
+  const size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(op.dt));
+  const bool inPlace = inPlaceOf(op, es);
+  const algo::ReduceSpec spec = specOf(comm, op);
+  Status st;
+  if (last.matches(op, inPlace, spec) && last.work.schedules.size() == 2) {
+    // Instance 0 is the (empty) point-to-point schedule, 1 the collective.
+    auto& b = last.work.buffers[1];
+    b[static_cast<int>(algo::Buf::kSend)] = static_cast<uint8_t*>(const_cast<void*>(op.send));
+    b[static_cast<int>(algo::Buf::kRecv)] = static_cast<uint8_t*>(op.recv);
+    if (const size_t scratch = last.work.schedules[1].scratchBytes) {
+      // Another operation may have grown (moved) the communicator's scratch.
+      auto base = comm->impl->scratch((scratch + 63) / 64 * 64);
+      if (!base) return fromStatus(base.status(), comm);
+      b[static_cast<int>(algo::Buf::kScratch)] = *base;
+    }
+    logAlgorithm(comm, op, last.work.schedules[1]);
+  } else {
+    last.valid = false;
+    last.work = tutti::core::Work();
+    st = buildWork(comm, {&op}, &last.work);
+    if (!st) return fromStatus(st, comm);
+    last.coll = op.coll;
+    last.count = op.count;
+    last.dt = op.dt;
+    last.op = op.op;
+    last.root = op.root;
+    last.inPlace = inPlace;
+    last.spec = spec;
+    last.ptrs.assign(1, &last.work);
+    last.valid = true;
+  }
+  st = tutti::core::execute(last.ptrs);
+  if (st) return ncclSuccess;
+  // As for a group: the communicator's recorded error when it has one.
+  const Status recorded = comm->impl->error();
+  return fromStatus(recorded.isOk() ? st : recorded, comm);
 }
 
 // A group's execution failed: the error of the communicator it belongs to.

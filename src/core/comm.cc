@@ -282,7 +282,11 @@ transport::Transport* Comm::transportFor(int peer) const {
   return shm ? shm_.get() : tcp_.get();
 }
 
-Status Comm::ensureConnected(std::vector<int> peers) {
+Status Comm::ensureConnected(const std::vector<int>& wanted) {
+  if (std::all_of(wanted.begin(), wanted.end(),
+                  [this](int p) { return p == rank_ || channels_[p][0].conn; }))
+    return Status::ok();
+  std::vector<int> peers = wanted;
   // Global order of pairs (min, max): every rank walks the pairs it needs in
   // the same order, so the lowest unconnected pair always makes progress.
   std::sort(peers.begin(), peers.end(), [this](int a, int b) {

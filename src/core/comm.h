@@ -95,7 +95,7 @@ class Comm {
   std::string describePeer(int r) const;
 
   // Connects to `peers` on every channel (no-op for those already connected).
-  Status ensureConnected(std::vector<int> peers);
+  Status ensureConnected(const std::vector<int>& peers);
   Channel& channel(int peer, int ch) { return channels_[peer][ch]; }
   const char* transportName(int peer) const;
   // Operation numbers per peer and direction: the k-th operation that sends
@@ -128,6 +128,10 @@ class Comm {
 
   // Per-operation scratch memory owned by the communicator (grown on demand).
   Result<uint8_t*> scratch(size_t bytes);
+  // The executor's state for this communicator's operations (core/executor.cc), kept from one
+  // operation to the next so that a repeated one reuses its containers instead of allocating
+  // them again. Used only under mutex().
+  std::shared_ptr<void>& executorCache() { return executorCache_; }
 
   std::mutex& mutex() { return mu_; }
   void abort();
@@ -192,6 +196,7 @@ class Comm {
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::unique_ptr<uint8_t[]> scratch_;
   size_t scratchCap_ = 0;
+  std::shared_ptr<void> executorCache_;
   size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20, rdMaxBytes_ = 64 << 10;
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;

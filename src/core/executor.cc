@@ -8,7 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <thread>
-#include <unordered_map>
+#include <memory>
 
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/kernels.h"
@@ -30,17 +30,16 @@ constexpr size_t kHdr = sizeof(MsgHeader);
 // chunks of a pipelined collective still spread over the channels.
 constexpr size_t kSmallMessageBytes = 64 << 10;
 
+// A receive as its messages name it: from whom, of which schedule, with which tag.
 struct Key {
   int peer;
   uint32_t inst;
   uint64_t tag;
   bool operator==(const Key& o) const { return peer == o.peer && inst == o.inst && tag == o.tag; }
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    uint64_t h = k.tag * 0x9E3779B97F4A7C15ull;
-    h ^= (static_cast<uint64_t>(k.peer) << 32 | k.inst) + 0x7F4A7C159E3779B9ull + (h << 6);
-    return static_cast<size_t>(h);
+  bool operator<(const Key& o) const {
+    if (peer != o.peer) return peer < o.peer;
+    if (inst != o.inst) return inst < o.inst;
+    return tag < o.tag;
   }
 };
 
@@ -91,20 +90,47 @@ struct PeerRun {
   Status closedStatus;
   bool suspect = false;  // a liveness check failed at suspectSince
   Clock::time_point suspectSince{};
+
+  // Ready for an operation with peer `q` over `channels` channels; keeps the
+  // containers' memory (and each channel's encoding buffer) from the last one.
+  void reset(int q, int channels) {
+    peer = q;
+    sendSeq = recvSeq = 0;
+    ready.clear();
+    recvsLeft = sendsLeft = bigRecvsLeft = 0;
+    out.resize(channels);
+    for (Out& o : out) {
+      std::vector<uint8_t> keep = std::move(o.wire);
+      o = Out();
+      o.wire = std::move(keep);
+    }
+    in.assign(channels, In());
+    closed.assign(channels, 0);
+    nClosed = 0;
+    fd.assign(channels, -1);
+    canRecv.assign(channels, 1);
+    canSend.assign(channels, 1);
+    sendFull.assign(channels, 0);
+    closedStatus = Status::ok();
+    suspect = false;
+    suspectSince = {};
+  }
 };
 
 struct FlatRef {
   uint32_t inst, idx;
 };
 
+// One operation's progress over the schedules of one Work. A communicator
+// keeps its Run between operations (Comm::executorCache) and reset() reuses
+// its containers, so a repeated operation allocates nothing here.
 class Run {
  public:
-  explicit Run(Work* w)
-      : w_(w), c_(w->comm), smallBytes_(std::min(kSmallMessageBytes, c_->chunkBytes() / 2)) {}
-
+  // Ready for `w`: forgets the last operation's state (but not its memory).
+  void reset(Work* w);
   // The peers this run exchanges messages with (they must be connected
   // before start()).
-  std::vector<int> peerList();
+  const std::vector<int>& peerList() const { return peerList_; }
   Status start();
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
@@ -142,14 +168,17 @@ class Run {
     return what ? st.withContext(what + c_->describePeer(p.peer)) : st;
   }
 
-  Work* w_;
-  Comm* c_;
-  size_t smallBytes_;  // channel0Only's limit
+  Work* w_ = nullptr;
+  Comm* c_ = nullptr;
+  size_t smallBytes_ = 0;  // channel0Only's limit
   std::vector<FlatRef> sends_, recvs_;
-  std::vector<std::vector<uint32_t>> waiters_;  // per flat recv: flat sends
+  // Per flat recv: the flat sends waiting for it. Sized to the largest
+  // operation seen (waiters_[i] for i >= recvs_.size() are empty and unused).
+  std::vector<std::vector<uint32_t>> waiters_;
   std::vector<uint8_t> recvDone_;               // per flat recv
   std::vector<uint32_t> recvBase_;              // per schedule: its first flat recv
-  std::unordered_map<Key, uint32_t, KeyHash> recvIndex_;
+  std::vector<std::pair<Key, uint32_t>> recvIndex_;  // sorted by key: flat recv
+  std::vector<int> peerList_;
   std::vector<PeerRun> peers_;
   std::vector<int> slot_;  // rank -> index in peers_
   size_t sendsLeft_ = 0, recvsLeft_ = 0;
@@ -200,34 +229,35 @@ void combine(const algo::ReduceSpec& spec, uint8_t* dst, const uint8_t* incoming
     cpu::reduce(dst, incoming, local, count, spec.dt, spec.op);
 }
 
-std::vector<int> Run::peerList() {
-  std::vector<int> list;
-  std::vector<bool> seen(c_->nranks(), false);
+void Run::reset(Work* w) {
+  w_ = w;
+  c_ = w->comm;
+  smallBytes_ = std::min(kSmallMessageBytes, c_->chunkBytes() / 2);
+  sends_.clear();
+  recvs_.clear();
+  for (size_t i = 0; i < recvDone_.size() && i < waiters_.size(); ++i) waiters_[i].clear();
+  recvDone_.clear();
+  recvBase_.clear();
+  recvIndex_.clear();
+  sendsLeft_ = recvsLeft_ = 0;
+  smallNext_ = 0;
+  failedPeer_ = -1;
+  // The peers, in order of first appearance.
+  slot_.assign(c_->nranks(), -1);
+  peerList_.clear();
   for (auto& s : w_->schedules)
     for (int p : s.peers)
-      if (!seen[p]) {
-        seen[p] = true;
-        list.push_back(p);
+      if (slot_[p] < 0) {
+        slot_[p] = static_cast<int>(peerList_.size());
+        peerList_.push_back(p);
       }
-  return list;
+  peers_.resize(peerList_.size());
 }
 
 Status Run::start() {
-  slot_.assign(c_->nranks(), -1);
-  for (int p : peerList()) {
-    slot_[p] = static_cast<int>(peers_.size());
-    PeerRun pr;
-    pr.peer = p;
-    peers_.push_back(std::move(pr));
-  }
-  for (auto& p : peers_) {
-    p.out.resize(c_->nChannels());
-    p.in.resize(c_->nChannels());
-    p.closed.assign(c_->nChannels(), 0);
-    p.fd.assign(c_->nChannels(), -1);
-    p.canRecv.assign(c_->nChannels(), 1);
-    p.canSend.assign(c_->nChannels(), 1);
-    p.sendFull.assign(c_->nChannels(), 0);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    PeerRun& p = peers_[i];
+    p.reset(peerList_[i], c_->nChannels());
     for (int ch = 0; ch < c_->nChannels(); ++ch)
       p.fd[ch] = c_->channel(p.peer, ch).conn->waitHint();
   }
@@ -237,13 +267,17 @@ Status Run::start() {
       const auto& r = s.recvs[k];
       uint32_t flat = static_cast<uint32_t>(recvs_.size());
       recvs_.push_back({i, k});
-      if (!recvIndex_.emplace(Key{r.peer, i, r.tag}, flat).second)
-        return internalError("schedule has a duplicate receive tag");
+      recvIndex_.push_back({Key{r.peer, i, r.tag}, flat});
       peers_[slot_[r.peer]].recvsLeft++;
       if (!channel0Only(s, r.encoded, r.bytes)) peers_[slot_[r.peer]].bigRecvsLeft++;
     }
   }
-  waiters_.resize(recvs_.size());
+  std::sort(recvIndex_.begin(), recvIndex_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < recvIndex_.size(); ++i)
+    if (recvIndex_[i].first == recvIndex_[i - 1].first)
+      return internalError("schedule has a duplicate receive tag");
+  if (waiters_.size() < recvs_.size()) waiters_.resize(recvs_.size());
   recvDone_.assign(recvs_.size(), 0);
   uint32_t base = 0;
   for (auto& s : w_->schedules) {
@@ -446,8 +480,11 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
         if (rx.hdr.seq > p.recvSeq) return Status::ok();  // a later operation's: park it
         return unexpected(p, rx.hdr, "stale message");
       }
-      auto it = recvIndex_.find(Key{p.peer, rx.hdr.inst, rx.hdr.tag});
-      if (it == recvIndex_.end()) return unexpected(p, rx.hdr, "unexpected message");
+      const Key key{p.peer, rx.hdr.inst, rx.hdr.tag};
+      auto it = std::lower_bound(recvIndex_.begin(), recvIndex_.end(), key,
+                                 [](const auto& e, const Key& k) { return e.first < k; });
+      if (it == recvIndex_.end() || !(it->first == key))
+        return unexpected(p, rx.hdr, "unexpected message");
       const uint32_t rinst = recvs_[it->second].inst;
       const auto& r = w_->schedules[rinst].recvs[recvs_[it->second].idx];
       const size_t expect = wireSize(w_->schedules[rinst], r.encoded, r.bytes);
@@ -620,15 +657,55 @@ Status fail(Run* run, Work* w, Status st) {
   return st;
 }
 
+// What execute() keeps between operations: each communicator's Run (in
+// Comm::executorCache, used under the communicator's mutex), and per thread
+// the containers of the progress loop, so a repeated operation allocates
+// nothing in the executor.
+struct LoopScratch {
+  std::vector<Run*> runs;
+  std::vector<Status> connected;
+  std::vector<pollfd> fds;
+  std::vector<std::pair<PeerRun*, int>> owners;
+  bool busy = false;
+};
+
+Run* cachedRun(Comm* c) {
+  std::shared_ptr<void>& slot = c->executorCache();
+  if (!slot) slot = std::make_shared<Run>();
+  return static_cast<Run*>(slot.get());
+}
+
 }  // namespace
 
 Status execute(std::vector<Work*>& work) {
-  std::vector<std::unique_ptr<Run>> runs;
-  for (Work* w : work) runs.push_back(std::make_unique<Run>(w));
+  // Every Work is of its own communicator (a group's operations of one communicator share a
+  // Work), so each may use its communicator's Run. A thread's loop containers serve one
+  // execute() at a time; a nested one (none is known) gets its own.
+  thread_local LoopScratch tls;
+  LoopScratch own;
+  LoopScratch& ls = tls.busy ? own : tls;
+  ls.busy = true;
+  struct Release {
+    LoopScratch& ls;
+    ~Release() { ls.busy = false; }
+  } release{ls};
+  std::vector<Run*>& runs = ls.runs;
+  runs.clear();
+  std::vector<std::shared_ptr<Run>> extra;  // a second Work of one communicator (not expected)
+  for (Work* w : work) {
+    Run* r = cachedRun(w->comm);
+    if (std::find(runs.begin(), runs.end(), r) != runs.end()) {
+      extra.push_back(std::make_shared<Run>());
+      r = extra.back().get();
+    }
+    r->reset(w);
+    runs.push_back(r);
+  }
   // Connections first. Communicators driven by this one thread (a group over
   // several ranks of one process) connect concurrently: one waiting for its
   // peer would otherwise wait for a rank this very thread has yet to drive.
-  std::vector<Status> connected(runs.size());
+  std::vector<Status>& connected = ls.connected;
+  connected.assign(runs.size(), Status::ok());
   if (runs.size() == 1) {
     connected[0] = work[0]->comm->ensureConnected(runs[0]->peerList());
   } else {
@@ -641,7 +718,7 @@ Status execute(std::vector<Work*>& work) {
   // One failure ends the whole group: the other communicators' operations
   // stop half-way, so they are broken too (and say why).
   auto failGroup = [&](size_t i, Status st) {
-    st = fail(runs[i].get(), work[i], st);
+    st = fail(runs[i], work[i], st);
     for (size_t k = 0; k < runs.size(); ++k)
       if (k != i && !runs[k]->done() && work[k]->comm != work[i]->comm)
         (void)fail(
@@ -660,8 +737,8 @@ Status execute(std::vector<Work*>& work) {
   for (Work* w : work) oversubscribed = oversubscribed || w->comm->oversubscribed();
   Backoff backoff(oversubscribed);
   bool progress = true;
-  std::vector<pollfd> fds;
-  std::vector<std::pair<PeerRun*, int>> owners;
+  std::vector<pollfd>& fds = ls.fds;
+  std::vector<std::pair<PeerRun*, int>>& owners = ls.owners;
   for (;;) {
     // Which sockets can move bytes: without waiting after progress, while
     // shared-memory channels must be spun on, or while the backoff spins
