@@ -361,5 +361,109 @@ INSTANTIATE_TEST_SUITE_P(TcpRingOnly, Collectives,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(Path::kTcpRingOnly)));
 
+// A collective called on its own reuses the work of the communicator's last
+// call of the same shape (capi/nccl_api.cc, runAlone): only the buffers
+// change. Every call here checks its values exactly, after calls that must
+// reuse (other buffers, the other in/out-of-place form), rebuild (another
+// count, another PreMulSum scalar under a recycled op handle) or find the
+// communicator's scratch moved by a group in between. Counts are above the
+// one-shot size, so the calls take the executor.
+class RepeatedCalls : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(RepeatedCalls, ReuseOnlyWhatMatches) {
+  const int n = std::get<0>(GetParam());
+  Env env({std::make_pair("NCCL_SHM_DISABLE", std::get<1>(GetParam()) ? "1" : "0")});
+  constexpr size_t kCount = 40003;  // odd, 160 KiB of int32
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    // Rank r's input element j in round k: small integers, so sums are exact.
+    auto in = [](int rank, size_t j, int k) {
+      return static_cast<int32_t>((rank + 1) * 3 + static_cast<int>(j % 97) - 40 + 7 * k);
+    };
+    auto sumOf = [&](size_t j, int k) {
+      int64_t t = 0;
+      for (int q = 0; q < n; ++q) t += in(q, j, k);
+      return static_cast<int32_t>(t);
+    };
+    std::vector<int32_t> a(kCount), b(kCount, -1), c(kCount), d(kCount, -1), e(kCount);
+    auto fill = [&](std::vector<int32_t>& v, int k) {
+      for (size_t j = 0; j < v.size(); ++j) v[j] = in(r, j, k);
+    };
+    auto expectSums = [&](const std::vector<int32_t>& v, int k, const char* what) {
+      size_t bad = 0;
+      for (size_t j = 0; j < kCount; ++j) bad += v[j] != sumOf(j, k);
+      EXPECT_EQ(bad, 0u) << what << ", rank " << r << " of " << n;
+    };
+    // 1. Built; 2. reused with other buffers (the first output must stay as it was).
+    fill(a, 0);
+    ASSERT_EQ(ncclAllReduce(a.data(), b.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    expectSums(b, 0, "first call");
+    fill(c, 1);
+    ASSERT_EQ(ncclAllReduce(c.data(), d.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    expectSums(d, 1, "same shape, other buffers");
+    expectSums(b, 0, "the first call's output after the second call");
+    // 3. In place, same count: another schedule.
+    fill(e, 2);
+    ASSERT_EQ(ncclAllReduce(e.data(), e.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    expectSums(e, 2, "in place");
+    // 4. Another count, then the first shape again.
+    fill(a, 3);
+    ASSERT_EQ(ncclAllReduce(a.data(), b.data(), kCount - 2, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    for (size_t j = 0; j < kCount - 2; ++j) ASSERT_EQ(b[j], sumOf(j, 3)) << "count - 2, " << j;
+    EXPECT_EQ(b[kCount - 2], sumOf(kCount - 2, 0)) << "past the count: untouched";
+    fill(c, 4);
+    ASSERT_EQ(ncclAllReduce(c.data(), d.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    expectSums(d, 4, "first shape again");
+    // 5. PreMulSum: a new scalar under the same (recycled) op handle must not
+    // reuse the old one. Values x * s stay exact in float.
+    std::vector<float> f(kCount), g(kCount);
+    for (size_t j = 0; j < kCount; ++j) f[j] = static_cast<float>(in(r, j, 5));
+    for (float scalar : {2.0f, 3.0f}) {
+      ncclRedOp_t op;
+      ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm),
+                ncclSuccess);
+      ASSERT_EQ(ncclAllReduce(f.data(), g.data(), kCount, ncclFloat32, op, comm, nullptr),
+                ncclSuccess);
+      size_t bad = 0;
+      for (size_t j = 0; j < kCount; ++j)
+        bad += g[j] != static_cast<float>(sumOf(j, 5)) * scalar;
+      EXPECT_EQ(bad, 0u) << "PreMulSum by " << scalar << ", rank " << r;
+      ASSERT_EQ(ncclRedOpDestroy(op, comm), ncclSuccess);
+    }
+    // 6. Reduce-scatter (its ring uses the communicator's scratch), twice; a
+    // group with a larger one grows (moves) the scratch; then again alone.
+    const size_t block = kCount / 4;
+    std::vector<int32_t> big(4 * block * n), out(4 * block);
+    auto reduceScatter = [&](size_t count, int k, const char* what) {
+      for (size_t j = 0; j < count * n; ++j) big[j] = in(r, j, k);
+      std::fill(out.begin(), out.end(), -1);
+      ASSERT_EQ(ncclReduceScatter(big.data(), out.data(), count, ncclInt32, ncclSum, comm,
+                                  nullptr),
+                ncclSuccess);
+      size_t bad = 0;
+      for (size_t j = 0; j < count; ++j) bad += out[j] != sumOf(r * count + j, k);
+      EXPECT_EQ(bad, 0u) << what << ", rank " << r;
+    };
+    reduceScatter(block, 6, "reduce-scatter");
+    reduceScatter(block, 7, "reduce-scatter again");
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (size_t j = 0; j < 4 * block * n; ++j) big[j] = in(r, j, 8);
+    ASSERT_EQ(ncclReduceScatter(big.data(), out.data(), 4 * block, ncclInt32, ncclSum, comm,
+                                nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+    for (size_t j = 0; j < 4 * block; ++j) ASSERT_EQ(out[j], sumOf(r * 4 * block + j, 8)) << j;
+    reduceScatter(block, 9, "reduce-scatter after a group grew the scratch");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Inproc, RepeatedCalls,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5),
+                                            ::testing::Values(false, true)));
+
 }  // namespace
 }  // namespace tutti::test
