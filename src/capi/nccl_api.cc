@@ -279,6 +279,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
 }
 
 ncclResult_t runAlone(const PendingOp& op);
+ncclResult_t fromStatusOfGroup(const Status& st, const std::vector<ncclComm*>& comms);
 
 ncclResult_t enqueue(const char*, PendingOp op) {
   core::OneShotOp small;
@@ -520,10 +521,7 @@ ncclResult_t runAlone(const PendingOp& op) {
     last.valid = true;
   }
   st = tutti::core::execute(last.ptrs);
-  if (st) return ncclSuccess;
-  // As for a group: the communicator's recorded error when it has one.
-  const Status recorded = comm->impl->error();
-  return fromStatus(recorded.isOk() ? st : recorded, comm);
+  return st ? ncclSuccess : fromStatusOfGroup(st, {comm});
 }
 
 // A group's execution failed: the error of the communicator it belongs to.
