@@ -311,10 +311,19 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
       memcpy(seg_->payload(rank_, slot), &d, sizeof(d));
     } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
       uint8_t* dst = seg_->payload(rank_, slot);
-      if (op.spec.op == RedOp::kPreMulSum)
+      if (op.spec.op == RedOp::kPreMulSum) {
         cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
-      else
+      } else if (op.coll == Collective::kReduceScatter) {
+        // Only the peers' blocks: complete() reads this rank's own block
+        // from its send buffer.
+        const size_t off = rank_ * op.count * es, blk = op.count * es;
+        memcpy(dst, op.send, off);
+        memcpy(dst + off + blk, op.send + off + blk, bytes - off - blk);
+      } else if (op.coll == Collective::kReduce && rank_ == op.root) {
+        // Nobody reads the root's slot: complete() reads its send buffer.
+      } else {
         memcpy(dst, op.send, bytes);
+      }
     }
     const uint64_t sig = signatureOf(op);
     seg_->signature(rank_, slot) = sig;
@@ -403,6 +412,14 @@ void OneShot::complete(OneShotOp& op) {
       if (op.coll == Collective::kReduce && rank_ != op.root) return;
       const size_t off = op.coll == Collective::kReduceScatter ? rank_ * n * es : 0;
       for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, slot) + off;
+      if (op.coll != Collective::kAllReduce && op.spec.op != RedOp::kPreMulSum) {
+        // Each block is reduced by one rank only (a reduce-scatter's block,
+        // a reduce's root), so the order of the sources is free: this
+        // rank's own block first, from its send buffer (the one source
+        // reduceN lets the output alias: in place, recv is that block).
+        std::swap(srcs_[0], srcs_[rank_]);
+        srcs_[0] = op.send + off;
+      }
       cpu::reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
       if (op.spec.divisor > 0) cpu::divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
       return;
