@@ -50,6 +50,19 @@ bool needs(const OneShotOp& op, int rank, int q) {
   }
 }
 
+// Where `rank`'s own block starts in its send buffer when only `rank` reduces
+// it (a reduce-scatter's own block, a reduce root's whole input), or
+// kNoOwnBlock when peers read all of it (or PreMulSum must scale it on the way
+// into the arena). Such a block is not published: complete() reads it from
+// the send buffer.
+constexpr size_t kNoOwnBlock = ~size_t{0};
+size_t ownBlockOffset(const OneShotOp& op, int rank) {
+  if (op.spec.op == RedOp::kPreMulSum) return kNoOwnBlock;
+  if (op.coll == Collective::kReduceScatter) return rank * op.count * op.elemSize;
+  if (op.coll == Collective::kReduce && rank == op.root) return 0;
+  return kNoOwnBlock;
+}
+
 // Which ranks read `owner`'s buffer in a direct operation.
 bool readsFrom(const OneShotOp& op, int reader, int owner) {
   if (reader == owner) return false;
@@ -311,16 +324,13 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
       memcpy(seg_->payload(rank_, slot), &d, sizeof(d));
     } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
       uint8_t* dst = seg_->payload(rank_, slot);
+      const size_t own = ownBlockOffset(op, rank_);
       if (op.spec.op == RedOp::kPreMulSum) {
         cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
-      } else if (op.coll == Collective::kReduceScatter) {
-        // Only the peers' blocks: complete() reads this rank's own block
-        // from its send buffer.
-        const size_t off = rank_ * op.count * es, blk = op.count * es;
-        memcpy(dst, op.send, off);
-        memcpy(dst + off + blk, op.send + off + blk, bytes - off - blk);
-      } else if (op.coll == Collective::kReduce && rank_ == op.root) {
-        // Nobody reads the root's slot: complete() reads its send buffer.
+      } else if (own != kNoOwnBlock) {  // only what the peers read
+        const size_t end = own + op.count * es;
+        memcpy(dst, op.send, own);
+        memcpy(dst + end, op.send + end, bytes - end);
       } else {
         memcpy(dst, op.send, bytes);
       }
@@ -412,11 +422,10 @@ void OneShot::complete(OneShotOp& op) {
       if (op.coll == Collective::kReduce && rank_ != op.root) return;
       const size_t off = op.coll == Collective::kReduceScatter ? rank_ * n * es : 0;
       for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, slot) + off;
-      if (op.coll != Collective::kAllReduce && op.spec.op != RedOp::kPreMulSum) {
-        // Each block is reduced by one rank only (a reduce-scatter's block,
-        // a reduce's root), so the order of the sources is free: this
-        // rank's own block first, from its send buffer (the one source
-        // reduceN lets the output alias: in place, recv is that block).
+      if (ownBlockOffset(op, rank_) != kNoOwnBlock) {
+        // Reduced by this rank only, so the order of the sources is free:
+        // its own block first, from its send buffer (the one source reduceN
+        // lets the output alias: in place, recv is that block).
         std::swap(srcs_[0], srcs_[rank_]);
         srcs_[0] = op.send + off;
       }
