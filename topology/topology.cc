@@ -941,6 +941,42 @@ Status bindThisThreadNear(const Topology& t, int numaNode) {
   return Status::ok();
 }
 
+int numaNodeCovering(const Topology& t, const std::vector<int>& cpus) {
+  int found = -1;
+  for (int cpu : cpus) {
+    int node = -1;
+    for (const NumaNode& n : t.numaNodes)
+      if (std::binary_search(n.cpus.begin(), n.cpus.end(), cpu)) node = n.osIndex;
+    if (node < 0 || (found >= 0 && node != found)) return -1;
+    found = node;
+  }
+  return found;
+}
+
+int homeNumaNode(const Topology& t) {
+  if (t.numaNodes.size() < 2) return -1;
+  int ncpu = 1024;
+  for (const NumaNode& n : t.numaNodes)
+    if (!n.cpus.empty()) ncpu = std::max(ncpu, n.cpus.back() + 1);
+  for (;;) {
+    CpuSetPtr mask(CPU_ALLOC(ncpu));
+    if (!mask) return -1;
+    const size_t size = CPU_ALLOC_SIZE(ncpu);
+    CPU_ZERO_S(size, mask.get());
+    if (pthread_getaffinity_np(pthread_self(), size, mask.get()) == 0) {
+      std::vector<int> cpus;
+      for (int c = 0; c < ncpu; ++c)
+        if (CPU_ISSET_S(c, size, mask.get())) cpus.push_back(c);
+      const int home = numaNodeCovering(t, cpus);
+      TUTTI_TRACE(kTopoLog, "topology: thread cpus {} -> home NUMA node {}", formatCpuList(cpus),
+                  home);
+      return home;
+    }
+    if (ncpu >= (1 << 22)) return -1;
+    ncpu *= 2;  // EINVAL: the kernel's mask is wider
+  }
+}
+
 void placeOnNode(void* p, size_t bytes, int numaNode) {
   if (!p || bytes == 0) return;
   if (numaNode < 0) {

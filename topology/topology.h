@@ -202,5 +202,16 @@ Status bindThisThreadNear(const Topology& t, int numaNode);
 // touched). Failure, an unknown node or numaNode < 0 changes nothing and is
 // logged at INFO (subsystem ALLOC).
 void placeOnNode(void* p, size_t bytes, int numaNode);
+// The NUMA node (OS index) whose CPUs include every one of `cpus`; -1 when
+// cpus is empty, names a CPU no node of t has, or spans several nodes.
+int numaNodeCovering(const Topology& t, const std::vector<int>& cpus);
+// Where a rank driven by the calling thread lives: numaNodeCovering() of the
+// thread's affinity mask, as a launcher, taskset or numactl set it. -1 (leave
+// memory to first touch) when t has fewer than two NUMA nodes, when the mask
+// spans nodes (an unbound thread goes wherever the scheduler puts it) or when
+// the mask cannot be read. tutti's shared-memory transport and one-shot arena
+// place the memory each rank reads or writes most on this node (docs/topology.md,
+// "Placement").
+int homeNumaNode(const Topology& t);
 
 }  // namespace tutti::topo

@@ -116,6 +116,15 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   const std::vector<int> ring = c->nodeMap_.ringOrder();
   const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
   const int next = ring[(pos + 1) % nranks], prev = ring[(pos + nranks - 1) % nranks];
+  {
+    TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
+    c->homeNuma_ = topo::homeNumaNode(t);
+    if (c->homeNuma_ >= 0)
+      TUTTI_INFO(log::kInit | log::kAlloc,
+                 "rank {}: runs on NUMA node {}; shared-memory rings it reads and its one-shot "
+                 "slots are placed there",
+                 rank, c->homeNuma_);
+  }
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > usableCpus();
@@ -318,6 +327,8 @@ Status Comm::connectPair(int peer) {
     ctx.abortFlag = &abort_;
     uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
     ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
+    if (homeNuma_ >= 0)
+      ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) { topo::placeOnNode(p, bytes, node); };
     ctx.localIfAddr = bootstrap_->localAddr().str();
     // localAddr().str() is "ip:port"; the transport wants the address only.
     auto colon = ctx.localIfAddr.rfind(':');

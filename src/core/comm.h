@@ -125,6 +125,9 @@ class Comm {
   // More ranks of this communicator on this machine (same hostname, whatever
   // their node identity) than CPUs this process may use.
   bool oversubscribed() const { return oversubscribed_; }
+  // The NUMA node this rank's memory goes to (topo::homeNumaNode at init);
+  // -1: first touch decides.
+  int homeNuma() const { return homeNuma_; }
 
   // Per-operation scratch memory owned by the communicator (grown on demand).
   Result<uint8_t*> scratch(size_t bytes);
@@ -192,6 +195,7 @@ class Comm {
   size_t compressionMinBytes_ = 256 << 10;
   bool sharedMemory_ = false;
   bool oversubscribed_ = false;
+  int homeNuma_ = -1;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::unique_ptr<uint8_t[]> scratch_;

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/params.h"
 #include "core/tsan.h"
+#include "topology/topology.h"
 #include "transports/shm/cma.h"
 
 namespace tutti::core {
@@ -221,6 +222,10 @@ Result<std::unique_ptr<OneShot>> OneShot::create(Comm* comm, size_t fixedSlotByt
     if (!r.ok) return std::unique_ptr<OneShot>();
     cma = cma && r.cmaOk;
   }
+  // Every peer reads a slot once per operation; its writer may fill it again
+  // and again while they lag (a broadcast root): near the writer.
+  auto [ownSlots, ownBytes] = seg->ownSlots();
+  topo::placeOnNode(ownSlots, ownBytes, comm->homeNuma());
   const size_t oneShotMax = static_cast<size_t>(std::max<int64_t>(agreed, 0));
   TUTTI_INFO(
       log::kShm, "one-shot arena: {} ranks, up to {} bytes per rank{}", nranks, oneShotMax,

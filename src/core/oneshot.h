@@ -103,6 +103,8 @@ class OneShot {
   bool singleCopy() const { return cma_; }
   // Single-copy operations this rank completed (tests check the path).
   uint64_t directOps() const { return directOps_; }
+  // The shared segment (tests check where its pages were placed).
+  transport::shm::ArenaSegment& arena() { return *seg_; }
 
   // Advances `op` as far as it can without waiting; sets *moved when anything
   // happened. Operations must be progressed to completion in order.

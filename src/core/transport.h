@@ -101,6 +101,12 @@ struct ConnectContext {
   const std::atomic<bool>* abortFlag = nullptr;
   uint64_t tagBase = 0;     // unique per (pair, channel) handshake
   std::string localIfAddr;  // TCP: address to listen on / advertise
+  // Asks that [p, p+bytes) live near this rank (its NUMA node), for memory
+  // this side of the pair reads most; best effort, never fails. Empty: leave
+  // pages where first touch put them. Shared memory calls it on the ring this
+  // rank receives from; TCP's buffers are this process's own, touched first
+  // by the thread that uses them, so it has nothing to place.
+  std::function<void(void* p, size_t bytes)> placeNear;
 };
 
 class Transport {

@@ -4,10 +4,15 @@
 // instead of garbage or a hang; single-copy all-gather and broadcast
 // (TUTTI_CMA=1). The collective matrix itself runs in collectives_test.cc
 // (with and without the arena).
+#include <hwloc.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <thread>
 
 #include "capi/handle.h"
 #include "core/oneshot.h"
@@ -224,6 +229,54 @@ TEST_F(OneShotEnv, FloatResultsAreBitIdenticalAcrossRanks) {
   });
   for (int r = 1; r < n; ++r)
     ASSERT_EQ(0, memcmp(results[0].data(), results[r].data(), count * sizeof(float))) << r;
+}
+
+// NUMA placement: with a topology file of two nodes (CPUs 0-7 and 8-15) and
+// every rank's thread on one CPU of node 0, each rank's home node is 0 and its
+// own arena slots are bound there (on this machine's node 0); the collectives
+// still give exact sums.
+TEST_F(OneShotEnv, PlacesEachRanksSlotsOnItsNumaNode) {
+  std::string fixture = __FILE__;
+  fixture = fixture.substr(0, fixture.find_last_of('/')) + "/../unit/data/topo_2numa_gpu_nic.xml";
+  Env env(std::vector<std::pair<const char*, const char*>>{{"TUTTI_TOPO_FILE", fixture.c_str()}});
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (cpu < 8 && !CPU_ISSET(cpu, &allowed)) ++cpu;
+  if (cpu == 8) GTEST_SKIP() << "no CPU among 0-7 is usable here (the fixture's node 0)";
+  hwloc_topology_t h = nullptr;
+  ASSERT_EQ(hwloc_topology_init(&h), 0);
+  ASSERT_EQ(hwloc_topology_load(h), 0);
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+    runRanks(3, [&](int r, ncclComm_t comm) {  // rank threads inherit the mask
+      EXPECT_EQ(comm->impl->homeNuma(), 0) << "rank " << r;
+      core::OneShot* os = comm->impl->oneShot();
+      ASSERT_NE(os, nullptr);
+      auto [mine, bytes] = os->arena().ownSlots();
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(mine) % 4096, 0u);
+      hwloc_bitmap_t set = hwloc_bitmap_alloc();
+      hwloc_membind_policy_t policy;
+      if (hwloc_get_area_membind(h, mine, bytes, set, &policy, HWLOC_MEMBIND_BYNODESET) == 0) {
+        EXPECT_EQ(policy, HWLOC_MEMBIND_BIND) << "rank " << r;
+        EXPECT_TRUE(hwloc_bitmap_isset(set, 0)) << "rank " << r;
+      }
+      hwloc_bitmap_free(set);
+      std::vector<int32_t> send(1001), recv(1001, -1);
+      for (int it = 0; it < 20; ++it) {
+        for (size_t i = 0; i < send.size(); ++i) send[i] = it * 100 + r + static_cast<int>(i);
+        ASSERT_EQ(ncclAllReduce(send.data(), recv.data(), send.size(), ncclInt32, ncclSum, comm,
+                                nullptr),
+                  ncclSuccess);
+        for (size_t i = 0; i < recv.size(); ++i)
+          ASSERT_EQ(recv[i], 3 * (it * 100 + static_cast<int>(i)) + 3) << i;
+      }
+    });
+  }).join();
+  hwloc_topology_destroy(h);
 }
 
 // Single-copy all-gather and broadcast (TUTTI_CMA=1; ranks as threads read

@@ -9,6 +9,7 @@
 #include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -626,6 +627,90 @@ TEST_F(TopologyDiscover, PlaceOnNodeIsBestEffort) {
   hwloc_topology_destroy(h);
   for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(static_cast<char*>(p)[i], 1);
   free(p);
+}
+
+TEST_F(TopologyFixture, NumaNodeCoveringNeedsOneNodeForEveryCpu) {
+  auto r = loadXml(fixturePath());  // node 0: cpus 0-7, node 1: cpus 8-15
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  const Topology& t = r.value();
+  EXPECT_EQ(numaNodeCovering(t, {0}), 0);
+  EXPECT_EQ(numaNodeCovering(t, {0, 1, 2, 3, 4, 5, 6, 7}), 0);
+  EXPECT_EQ(numaNodeCovering(t, {9, 15}), 1);
+  EXPECT_EQ(numaNodeCovering(t, {7, 8}), -1);   // spans both
+  EXPECT_EQ(numaNodeCovering(t, {15, 16}), -1);  // 16: no node has it
+  EXPECT_EQ(numaNodeCovering(t, {}), -1);
+}
+
+// Sets the calling thread's mask to `cpus` (which must be allowed).
+void bindThreadTo(const std::set<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(set), &set), 0);
+}
+
+TEST_F(TopologyFixture, HomeNumaNodeFollowsTheThreadMask) {
+  const std::set<int> allowed = allowedCpus();
+  if (allowed.size() < 2) GTEST_SKIP() << "needs two usable CPUs, this process has 1";
+  const int a = *allowed.begin(), b = *std::next(allowed.begin());
+  // A made-up machine with a and b on different nodes (2 and 5).
+  Topology t;
+  t.numaNodes = {NumaNode{2, {a}, 1 << 30}, NumaNode{5, {b}, 1 << 30}};
+  std::thread([&] {
+    bindThreadTo({a, b});
+    EXPECT_EQ(homeNumaNode(t), -1);  // free to run on either node
+    bindThreadTo({b});
+    EXPECT_EQ(homeNumaNode(t), 5);
+    bindThreadTo({a});
+    EXPECT_EQ(homeNumaNode(t), 2);
+    // One node: nothing to choose.
+    Topology one;
+    one.numaNodes = {NumaNode{0, {a, b}, 1 << 30}};
+    EXPECT_EQ(homeNumaNode(one), -1);
+    // Both on one node of two.
+    t.numaNodes[0].cpus = {std::min(a, b), std::max(a, b)};
+    t.numaNodes[1].cpus = {};
+    bindThreadTo({a, b});
+    EXPECT_EQ(homeNumaNode(t), 2);
+  }).join();
+}
+
+// placeOnNode on a shared mapping (what the shm rings and the one-shot arena
+// are): the pages' policy becomes "bind to that node" and their data stays.
+TEST_F(TopologyDiscover, PlaceOnNodeBindsSharedMappings) {
+  auto r = discover();
+  ASSERT_TRUE(r.isOk());
+  const int node = r->numaNodes[0].osIndex;
+  const size_t bytes = 1 << 20;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  memset(p, 7, bytes);
+  hwloc_topology_t h = nullptr;
+  ASSERT_EQ(hwloc_topology_init(&h), 0);
+  ASSERT_EQ(hwloc_topology_load(h), 0);
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  hwloc_membind_policy_t policy;
+  if (hwloc_get_area_membind(h, p, bytes, set, &policy, HWLOC_MEMBIND_BYNODESET) != 0) {
+    hwloc_bitmap_free(set);
+    hwloc_topology_destroy(h);
+    munmap(p, bytes);
+    GTEST_SKIP() << "this kernel reports no memory policy: " << strerror(errno);
+  }
+  EXPECT_NE(policy, HWLOC_MEMBIND_BIND);  // nobody asked yet
+  placeOnNode(static_cast<char*>(p) + 4096, bytes - 8192, node);
+  ASSERT_EQ(hwloc_get_area_membind(h, static_cast<char*>(p) + 4096, bytes - 8192, set, &policy,
+                                   HWLOC_MEMBIND_BYNODESET),
+            0);
+  EXPECT_EQ(policy, HWLOC_MEMBIND_BIND);
+  EXPECT_TRUE(hwloc_bitmap_isset(set, static_cast<unsigned>(node)));
+  EXPECT_EQ(hwloc_bitmap_weight(set), 1);
+  // The pages around it keep the default.
+  ASSERT_EQ(hwloc_get_area_membind(h, p, 4096, set, &policy, HWLOC_MEMBIND_BYNODESET), 0);
+  EXPECT_NE(policy, HWLOC_MEMBIND_BIND);
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(h);
+  for (size_t i = 0; i < bytes; i += 512) ASSERT_EQ(static_cast<char*>(p)[i], 7) << i;
+  munmap(p, bytes);
 }
 
 }  // namespace

@@ -119,6 +119,42 @@ TEST(ShmTransport, SendFillsExactlyTheRing) {
   EXPECT_EQ(*r0.value()->trySend(big.data(), big.size()), 100u);
 }
 
+// Each side asks for the ring it receives from to be placed near it: once,
+// whole pages, and the range it names is where the peer's bytes arrive.
+TEST(ShmTransport, PlacesTheRingEachSideReceivesFrom) {
+  struct Asked {
+    int calls = 0;
+    uint8_t* p = nullptr;
+    size_t bytes = 0;
+  } asked[2];
+  auto t0 = makeShmTransport(), t1 = makeShmTransport();
+  Pair p;
+  const size_t ring = 10000;  // not a whole page: the placed range is rounded up
+  ConnectContext c[2] = {p.ctx(0, 0, 10s, ring), p.ctx(1, 0, 10s, ring)};
+  for (int i = 0; i < 2; ++i)
+    c[i].placeNear = [a = &asked[i]](void* ptr, size_t bytes) {
+      ++a->calls;
+      a->p = static_cast<uint8_t*>(ptr);
+      a->bytes = bytes;
+    };
+  auto [r0, r1] = connectBoth(*t0, *t1, c[0], c[1]);
+  ASSERT_TRUE(r0.isOk() && r1.isOk());
+  std::unique_ptr<Connection>* conn[2] = {&r0.value(), &r1.value()};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(asked[i].calls, 1) << "rank " << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(asked[i].p) % 4096, 0u);
+    EXPECT_EQ(asked[i].bytes, 12288u);
+    // The peer's message lands at the start of that range.
+    std::vector<uint8_t> msg(3000);
+    for (size_t k = 0; k < msg.size(); ++k) msg[k] = static_cast<uint8_t>(k * 7 + 1 + i);
+    ASSERT_EQ(*(*conn[1 - i])->trySend(msg.data(), msg.size()), msg.size());
+    EXPECT_EQ(memcmp(asked[i].p, msg.data(), msg.size()), 0) << "rank " << i;
+    std::vector<uint8_t> got(msg.size());
+    ASSERT_EQ(*(*conn[i])->tryRecv(got.data(), got.size()), got.size());
+    EXPECT_EQ(got, msg);
+  }
+}
+
 TEST(ShmTransport, CheckAliveReportsDeadPeerProcess) {
   auto t0 = makeShmTransport(), t1 = makeShmTransport();
   Pair p;

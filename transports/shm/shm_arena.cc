@@ -18,7 +18,7 @@ namespace tutti::transport::shm {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x3141526974747574ull;  // "tuttiRA1" little-endian
-constexpr uint32_t kArenaVersion = 4;
+constexpr uint32_t kArenaVersion = 5;
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;  // stored last by the creator
@@ -32,12 +32,17 @@ size_t statesOffset() { return kLine; }
 size_t acksOffset(int nranks) {
   return roundUp(statesOffset() + sizeof(std::atomic<uint32_t>) * nranks, kLine);
 }
-size_t slotsOffset(int nranks) { return acksOffset(nranks) + kLine * static_cast<size_t>(nranks); }
+// Each rank's slots start on a page of their own, so that they can be placed
+// on that rank's NUMA node (ArenaSegment::ownSlots).
+size_t slotsOffset(int nranks) {
+  return roundUp(acksOffset(nranks) + kLine * static_cast<size_t>(nranks), kPage);
+}
 size_t strideFor(size_t slotBytes) { return roundUp(16 + slotBytes, kLine); }
 size_t perRankBytes(size_t slotBytes) {
   static_assert(ArenaSegment::kSmallSlotBytes % kLine == kLine - 16);
-  return ArenaSegment::kSmallSlots * (ArenaSegment::kSmallSlotBytes + 16) +
-         size_t{ArenaSegment::kSlots} * strideFor(slotBytes);
+  return roundUp(ArenaSegment::kSmallSlots * (ArenaSegment::kSmallSlotBytes + 16) +
+                     size_t{ArenaSegment::kSlots} * strideFor(slotBytes),
+                 kPage);
 }
 
 }  // namespace

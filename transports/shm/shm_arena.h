@@ -14,7 +14,8 @@
 //   kSmallSlots + j large slot j (which operation uses which slot is the
 //   caller's protocol: core/oneshot.h). A slot is a 64-bit sequence word and
 //   a 64-bit signature followed, in the same cache line, by its payload, so a
-//   small message and its flag travel together. Slots are kLine-aligned.
+//   small message and its flag travel together. Slots are kLine-aligned;
+//   each rank's slots start on a page of their own and fill whole pages.
 //   Many small slots let a rank run far ahead of its peers (a broadcast root
 //   on an oversubscribed host) at little memory cost; the few large ones hold
 //   the larger one-shot messages.
@@ -34,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "transports/shm/shm_ring.h"
@@ -88,6 +90,10 @@ class ArenaSegment {
   // ranks whose calls went to different slot classes). Only rank r writes.
   std::atomic<uint64_t>& posted(int rank) { return word(rank, 1); }
   std::atomic<uint64_t>& postedSignature(int rank) { return word(rank, 2); }
+
+  // This rank's slots: whole pages, written only by this rank (for placement
+  // near it; every peer reads them once per operation).
+  std::pair<void*, size_t> ownSlots() { return {slot(rank_, 0), perRank_}; }
 
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
   void markFailed() { states_[rank_].store(kFailed, std::memory_order_release); }

@@ -70,6 +70,16 @@ Status mapFd(int fd, size_t bytes, void** base) {
   return Status::ok();
 }
 
+// The ring `side` receives from, near this rank when the caller says where
+// that is (the sender writes each byte once; the receiver reads it, and the
+// header's control lines, in every poll).
+void placeReceiveRing(const ConnectContext& ctx, SegmentHeader* hdr, int side) {
+  if (!ctx.placeNear) return;
+  const int in = 1 - side;
+  ctx.placeNear(reinterpret_cast<uint8_t*>(hdr) + hdr->dataOffset[in],
+                roundUp(hdr->ringBytes, kPage));
+}
+
 Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
   const size_t ringBytes = ctx.bufferBytes;
   const size_t segBytes = segmentBytes(ringBytes);
@@ -100,6 +110,7 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
 
   SegmentHeader* hdr = initSegment(base, ringBytes);
   hdr->pid[0].store(getpid(), std::memory_order_release);
+  placeReceiveRing(ctx, hdr, 0);
   // From here on the connection owns the mapping; if the handshake fails, its
   // destructor marks our side closed so a peer that did map it errors out.
   auto conn = std::make_unique<ShmConnection>(base, segBytes, 0, ctx.rank, ctx.peer, ctx.channel);
@@ -186,6 +197,7 @@ Result<std::unique_ptr<Connection>> connectHigher(const ConnectContext& ctx) {
     return remoteError(fmt::format("{}: bad segment header", who));
   }
   hdr->pid[1].store(getpid(), std::memory_order_release);
+  placeReceiveRing(ctx, hdr, 1);
   auto conn =
       std::make_unique<ShmConnection>(base, offer.segBytes, 1, ctx.rank, ctx.peer, ctx.channel);
   Ack ack{kAckMagic, 0, ctx.rank};
