@@ -20,6 +20,7 @@
 #include "core/params.h"
 #include "core/tsan.h"
 #include "transports/shm/cma.h"
+#include "transports/shm/shared_region.h"
 #include "tutti/tutti.h"
 
 namespace algo = tutti::algo;
@@ -51,6 +52,13 @@ struct tuttiCompressor {
   int nodeIndex = 0;
   std::vector<uint64_t> tokens;
   std::vector<uint64_t> inputs;  // this call's input address of every rank
+  // Node members in other processes read this rank's input through shared memory
+  // (prepareStaging): this rank's copy of the rows they read, and each member's region (by
+  // member index; null for this rank and for members in this process). -1 until the first
+  // shared PowerSGD state, then 1 (on) or 0 (cross-memory reads), the same on every rank.
+  int staging = -1;
+  std::unique_ptr<tutti::transport::shm::SharedRegion> ownStage;
+  std::vector<std::unique_ptr<tutti::transport::shm::SharedRegion>> memberStage;
 };
 
 namespace {
@@ -195,6 +203,104 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
   return ncclSuccess;
 }
 
+// Bytes of the rows of a rows x cols matrix that node member `index` of `count` stages for the
+// others: every row but its own share, in order.
+size_t stageBytes(size_t rows, size_t cols, int index, int count) {
+  const auto [r0, r1] = compress::shareRows(rows, index, count);
+  return (rows - (r1 - r0)) * cols * sizeof(float);
+}
+
+// Where byte `offset` of member `index`'s input (a row outside its share) sits in its stage.
+size_t stageOffset(size_t offset, size_t rows, size_t cols, int index, int count) {
+  const auto [r0, r1] = compress::shareRows(rows, index, count);
+  const size_t rowBytes = cols * sizeof(float);
+  return offset / rowBytes < r0 ? offset : offset - (r1 - r0) * rowBytes;
+}
+
+// Sets up (or grows) the shared-memory stages for a new rows x cols shared PowerSGD state:
+// each call, every rank with node members in other processes copies the rows they read into
+// its stage, and they read it there instead of with cross-memory attach, which pins and walks
+// the owner's pages on every call (measured on 2 nodes x 2 ranks: 15 ms of a 51 ms call).
+// Collective: every rank runs it at the same state creations (sharing is agreed), with two
+// small all-reduces. A failure anywhere, or TUTTI_POWERSGD_STAGING=0 on any rank, turns the
+// stages off on every rank for good; the reads then go through cross-memory attach.
+ncclResult_t prepareStaging(tuttiCompressor* c, const char* fn,
+                            const tutti::capi::Compressed* exact, size_t rows, size_t cols) {
+  using tutti::transport::shm::SharedRegion;
+  if (c->staging == 0) return ncclSuccess;
+  ncclComm* comm = c->comm;
+  const int n = comm->nranks, me = comm->rank, k = static_cast<int>(c->nodeRanks.size());
+  bool elsewhere = false;  // a node member in another process
+  for (int q : c->nodeRanks) elsewhere |= c->tokens[q] != c->tokens[me];
+  constexpr int kNameWords = 8, kFields = kNameWords + 1;  // name, then its size in bytes
+  std::vector<uint64_t> rec(kFields * static_cast<size_t>(n), 0);
+  int32_t ok = tutti::params::getBool("TUTTI_POWERSGD_STAGING", true) ? 1 : 0;
+  std::string why = ok ? "" : "TUTTI_POWERSGD_STAGING=0";
+  const size_t need = stageBytes(rows, cols, c->nodeIndex, k);
+  std::unique_ptr<SharedRegion> fresh;
+  if (ok && elsewhere && (!c->ownStage || c->ownStage->size() < need)) {
+    auto r = SharedRegion::create(
+        SharedRegion::makeName(comm->impl->commHash(), "psgd", me), need);
+    if (r) {
+      fresh = std::move(r.value());
+    } else {
+      ok = 0;
+      why = r.status().message();
+    }
+  }
+  SharedRegion* mine = fresh ? fresh.get() : c->ownStage.get();
+  if (ok && mine) {
+    const std::string& name = mine->name();
+    std::memcpy(&rec[kFields * me], name.data(), std::min<size_t>(name.size(), kNameWords * 8 - 1));
+    rec[kFields * me + kNameWords] = mine->size();
+  }
+  ncclResult_t rc = tutti::capi::allReduce(fn, rec.data(), rec.data(), rec.size(), ncclUint64,
+                                           ncclSum, comm, exact, nullptr);
+  if (rc != ncclSuccess) return rc;
+  std::vector<std::unique_ptr<SharedRegion>> opened(k);
+  for (int m = 0; m < k && ok; ++m) {
+    const int q = c->nodeRanks[m];
+    if (q == me || c->tokens[q] == c->tokens[me]) continue;
+    char name[kNameWords * 8];
+    std::memcpy(name, &rec[kFields * q], sizeof(name));
+    name[sizeof(name) - 1] = '\0';
+    const size_t bytes = rec[kFields * q + kNameWords];
+    if (c->memberStage.size() == static_cast<size_t>(k) && c->memberStage[m] &&
+        c->memberStage[m]->name() == name)
+      continue;  // already mapped
+    auto r = SharedRegion::open(name, bytes);
+    if (!r || bytes < stageBytes(rows, cols, m, k)) {
+      ok = 0;
+      why = r ? comm->impl->describePeer(q) + "'s stage is smaller than this matrix needs"
+              : r.status().withContext(comm->impl->describePeer(q)).message();
+      break;
+    }
+    opened[m] = std::move(r.value());
+  }
+  rc = tutti::capi::allReduce(fn, &ok, &ok, 1, ncclInt32, ncclMin, comm, exact, nullptr);
+  if (fresh) fresh->unlink();  // every reader has opened it (or given up)
+  if (rc != ncclSuccess) return rc;
+  if (!ok) {
+    if (c->staging != 0)
+      TUTTI_INFO(tutti::log::kColl,
+                 "{}: PowerSGD node members read each other's inputs with cross-memory attach ({})",
+                 fn, why.empty() ? "a rank elsewhere could not set up shared memory" : why);
+    c->staging = 0;
+    c->ownStage.reset();
+    c->memberStage.clear();
+    return ncclSuccess;
+  }
+  if (c->staging != 1 && elsewhere)
+    TUTTI_INFO(tutti::log::kColl,
+               "{}: PowerSGD node members read each other's inputs through shared memory", fn);
+  c->staging = 1;
+  if (fresh) c->ownStage = std::move(fresh);
+  c->memberStage.resize(k);
+  for (int m = 0; m < k; ++m)
+    if (opened[m]) c->memberStage[m] = std::move(opened[m]);
+  return ncclSuccess;
+}
+
 ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, size_t count, int op,
                            unsigned long long key, size_t rows, size_t cols, cudaStream_t stream) {
   constexpr const char* fn = "tuttiAllReduceCompressed";
@@ -241,6 +347,10 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
       if (c->nodeShare == 1 && count * sizeof(float) >= c->shareMinBytes)
         share = {c->nodeIndex, static_cast<int>(c->nodeRanks.size()), true};
       t.powerSgd = std::make_unique<compress::PowerSgdState>(rows, cols, pc, key, share);
+      if (share.on) {
+        rc = prepareStaging(c, fn, &exact, rows, cols);
+        if (rc != ncclSuccess) return rc;
+      }
     }
     auto sum = [&](float* data, size_t n) {
       ncclResult_t rc =
@@ -271,6 +381,17 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
     if (t.powerSgd->shared()) {
       // Where each rank's input is this call (node members read their rows of it; every rank
       // takes part, also one alone on its node).
+      const int k = static_cast<int>(c->nodeRanks.size());
+      if (c->staging == 1 && c->ownStage) {
+        // The rows the node's other members read: all but this rank's share, in order. They
+        // read them after the all-reduce below and are done before the first sum completes
+        // (compress/powersgd.h), so the next call may overwrite them.
+        const auto [r0, r1] = compress::shareRows(rows, c->nodeIndex, k);
+        const size_t rowBytes = cols * sizeof(float);
+        uint8_t* stage = c->ownStage->data();
+        std::memcpy(stage, in, r0 * rowBytes);
+        std::memcpy(stage + r0 * rowBytes, in + r1 * cols, (rows - r1) * rowBytes);
+      }
       c->inputs.assign(comm->nranks, 0);
       c->inputs[comm->rank] = reinterpret_cast<uintptr_t>(in);
       tutti::core::tsanRelease(in);  // node members in this process read it (core/tsan.h)
@@ -278,8 +399,18 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
           tutti::capi::allReduce(fn, c->inputs.data(), c->inputs.data(), c->inputs.size(),
                                  ncclUint64, ncclSum, comm, &exact, nullptr);
       if (rc != ncclSuccess) return rc;
-      read = [c, comm](int member, size_t offset, void* dst, size_t bytes) {
+      read = [c, comm, rows, cols, k](int member, size_t offset, void* dst, size_t bytes) {
         const int q = c->nodeRanks[member];
+        if (c->staging == 1 && c->memberStage[member]) {
+          const tutti::transport::shm::SharedRegion& stage = *c->memberStage[member];
+          const size_t at = stageOffset(offset, rows, cols, member, k);
+          if (at + bytes > stage.size())
+            return tutti::internalError(fmt::format(
+                "PowerSGD: bytes {}-{} of {}'s input are outside its stage ({} bytes)", offset,
+                offset + bytes, comm->impl->describePeer(q), stage.size()));
+          std::memcpy(dst, stage.data() + at, bytes);
+          return tutti::Status::ok();
+        }
         tutti::Status rs = tutti::transport::shm::cma::readPeer(
             static_cast<pid_t>(comm->impl->peer(q).pid), c->tokens[q] == c->tokens[comm->rank],
             reinterpret_cast<const void*>(c->inputs[q]), offset, dst, bytes);

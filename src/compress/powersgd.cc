@@ -31,8 +31,8 @@ PowerSgdState::PowerSgdState(size_t rows, size_t cols, const PowerSgdConfig& cfg
       r_(static_cast<size_t>(cfg.rank)),
       cfg_(cfg),
       share_(cfg.feedback && share.on ? share : NodeShare{}),
-      r0_(rows * share_.index / share_.count),
-      r1_(rows * (share_.index + 1) / share_.count),
+      r0_(shareRows(rows, share_.index, share_.count).first),
+      r1_(shareRows(rows, share_.index, share_.count).second),
       key_(key),
       p_(rows * r_),
       q_(cols * r_) {

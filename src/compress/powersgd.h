@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -60,6 +61,12 @@ struct NodeShare {
   int count = 1;
   bool on = false;
 };
+
+// The rows [first, second) of a rows-row matrix that member `index` of `count` keeps.
+inline std::pair<size_t, size_t> shareRows(size_t rows, int index, int count) {
+  return {rows * static_cast<size_t>(index) / static_cast<size_t>(count),
+          rows * static_cast<size_t>(index + 1) / static_cast<size_t>(count)};
+}
 
 class PowerSgdState {
  public:

@@ -7,7 +7,11 @@
 // - the outputs of every rank are bit-identical (hashes all-gathered), in both modes;
 // - the two modes give the same outputs up to rounding;
 // - a first call whose average has rank <= r recovers it;
-// - sharing took place: it sends the n input addresses per call on top.
+// - sharing took place: it sends the n input addresses per call on top;
+// - node members in other processes read each other's inputs through shared
+//   memory (the log says so), with outputs bit-identical to reading them with
+//   cross-memory attach (TUTTI_POWERSGD_STAGING=0), also after a larger matrix
+//   made every rank grow its stage.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +59,21 @@ int runRank(int n, int r, const ncclUniqueId& id, size_t rows, size_t cols) {
     fprintf(stderr, "rank %d: %s\n", r, what.c_str());
     return 1;
   };
+  // This rank's log, to see which path its reads took.
+  const std::string logPath = "/tmp/tutti_psgd_share_" + std::to_string(getpid()) + ".log";
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
+  setenv("NCCL_DEBUG_FILE", logPath.c_str(), 1);
+  auto logSays = [&](const char* what) {
+    FILE* f = fopen(logPath.c_str(), "r");
+    if (!f) return false;
+    std::string text;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, got);
+    fclose(f);
+    return text.find(what) != std::string::npos;
+  };
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) return fail("init failed");
   const size_t count = rows * cols;
@@ -65,8 +84,9 @@ int runRank(int n, int r, const ncclUniqueId& id, size_t rows, size_t cols) {
     if (ncclAllGather(&h, all.data(), 1, ncclUint64, comm, nullptr) != ncclSuccess) return false;
     return std::all_of(all.begin(), all.end(), [&](uint64_t x) { return x == all[0]; });
   };
-  auto runMode = [&](bool shared, Mode* m) -> int {
+  auto runMode = [&](bool shared, bool staged, Mode* m) -> int {
     setenv("TUTTI_POWERSGD_NODE_FEEDBACK", shared ? "1" : "0", 1);
+    setenv("TUTTI_POWERSGD_STAGING", staged ? "1" : "0", 1);
     tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
     cfg.kind = tuttiCompressPowerSGD;
     cfg.powerSgdRank = 4;
@@ -84,6 +104,21 @@ int runRank(int n, int r, const ncclUniqueId& id, size_t rows, size_t cols) {
       if (!identical(hashFloats(m->outs.back())))
         return fail("outputs differ across ranks at step " + std::to_string(t) +
                     (shared ? " (shared)" : " (per rank)"));
+    }
+    // A larger matrix (another key): stages grow; then the first one again.
+    const size_t bigRows = rows + 37, bigCount = bigRows * cols;
+    std::vector<float> big(bigCount), bigOut(bigCount);
+    for (int t = 0; t < 2; ++t) {
+      for (size_t i = 0; i < bigCount; ++i) big[i] = unitValue(r * 16 + 8 + t, i);
+      if (tuttiAllReduceCompressed(big.data(), bigOut.data(), bigCount, ncclFloat32, ncclAvg, c, 3,
+                                   bigRows, cols, nullptr) != ncclSuccess)
+        return fail(std::string("larger matrix failed: ") + ncclGetLastError(comm));
+      m->outs.push_back(bigOut);
+      for (size_t i = 0; i < count; ++i) in[i + 1] = unitValue(r * 16 + 12 + t, i);
+      if (tuttiAllReduceCompressed(in.data() + 1, out.data() + 1, count, ncclFloat32, ncclAvg, c,
+                                   1, rows, cols, nullptr) != ncclSuccess)
+        return fail(std::string("step after the larger matrix failed: ") + ncclGetLastError(comm));
+      m->outs.emplace_back(out.data() + 1, out.data() + 1 + count);
     }
     tuttiCompressionStats_t st;
     st.size = sizeof(st);
@@ -118,9 +153,20 @@ int runRank(int n, int r, const ncclUniqueId& id, size_t rows, size_t cols) {
     tuttiCompressorDestroy(c);
     return 0;
   };
-  Mode shared, own;
-  if (int rc = runMode(true, &shared)) return rc;
-  if (int rc = runMode(false, &own)) return rc;
+  Mode shared, cma, own;
+  if (int rc = runMode(true, true, &shared)) return rc;
+  if (!logSays("read each other's inputs through shared memory"))
+    return fail("node members did not read each other's inputs through shared memory");
+  if (int rc = runMode(true, false, &cma)) return rc;
+  if (!logSays("cross-memory attach (TUTTI_POWERSGD_STAGING=0)"))
+    return fail("TUTTI_POWERSGD_STAGING=0 did not switch to cross-memory attach");
+  if (int rc = runMode(false, true, &own)) return rc;
+  unlink(logPath.c_str());
+  if (shared.outs.size() != cma.outs.size()) return fail("the two shared runs differ in length");
+  for (size_t t = 0; t < shared.outs.size(); ++t)
+    if (hashFloats(shared.outs[t]) != hashFloats(cma.outs[t]))
+      return fail("staged and cross-memory reads give different outputs at call " +
+                  std::to_string(t));
   double worst = 0, norm = 1;
   for (int t = 0; t < steps; ++t)
     for (size_t i = 0; i < count; ++i) {

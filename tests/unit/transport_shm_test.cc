@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/transport.h"
 #include "transport_test_util.h"
+#include "transports/shm/shared_region.h"
 #include "transports/shm/shm_transport.h"
 
 namespace tutti::transport {
@@ -153,6 +156,37 @@ TEST(ShmTransport, PlacesTheRingEachSideReceivesFrom) {
     ASSERT_EQ(*(*conn[i])->tryRecv(got.data(), got.size()), got.size());
     EXPECT_EQ(got, msg);
   }
+}
+
+// A region one side writes and another maps read-only; no name outlives unlink().
+TEST(SharedRegion, WriterAndReaderSeeOneMemory) {
+  using shm::SharedRegion;
+  const uint64_t hash = 0x5eed0000u + static_cast<uint64_t>(getpid());
+  const std::string name = SharedRegion::makeName(hash, "test", 3);
+  EXPECT_EQ(name.rfind(fmt::format("/tutti-{:016x}-test-3-", hash), 0), 0u) << name;
+  const size_t bytes = 3 * 4096 + 5;
+  auto w = SharedRegion::create(name, bytes);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  ASSERT_EQ(w.value()->size(), bytes);
+  for (size_t i = 0; i < bytes; ++i) w.value()->data()[i] = static_cast<uint8_t>(i * 13 + 1);
+  EXPECT_FALSE(SharedRegion::create(name, bytes).isOk());  // the name is taken
+  auto tooBig = SharedRegion::open(name, bytes + 4096);
+  ASSERT_FALSE(tooBig.isOk());
+  EXPECT_NE(tooBig.status().message().find("smaller than announced"), std::string::npos);
+  auto r = SharedRegion::open(name, bytes);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  w.value()->unlink();
+  EXPECT_TRUE(segmentsOf(hash).empty());
+  for (size_t i = 0; i < bytes; ++i)
+    ASSERT_EQ(r.value()->data()[i], static_cast<uint8_t>(i * 13 + 1)) << i;
+  w.value()->data()[bytes - 1] = 0xab;  // still one memory after the unlink
+  EXPECT_EQ(r.value()->data()[bytes - 1], 0xab);
+  auto gone = SharedRegion::open(name, bytes);
+  ASSERT_FALSE(gone.isOk());
+  EXPECT_NE(gone.status().message().find(name), std::string::npos) << gone.status().message();
+  // A creator that never unlinks leaves no name behind either.
+  { auto again = SharedRegion::create(SharedRegion::makeName(hash, "test", 4), 4096); }
+  EXPECT_TRUE(segmentsOf(hash).empty());
 }
 
 TEST(ShmTransport, CheckAliveReportsDeadPeerProcess) {
