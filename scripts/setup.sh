@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 # Required to build and test. Optional features (CUDA, Level Zero, ibverbs,
 # UCX, libfabric, MPI) are detected by CMake if installed, never required;
-# python3-torch and libtorch-dev are installed so the PyTorch backend
+# python3-torch, libtorch-dev and pybind11-dev (which python3-torch only
+# recommends) are installed so the PyTorch backend
 # (src/pytorch, ctest label torch) is built and tested.
 # The Level Zero plugin (backends/ze) needs libze-dev (headers; the loader is
 # opened at run time) and clang-14 + llvm-spirv-14 to compile its kernels to
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 # PoCL through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
 # clinfo shows the platform).
 PKGS=(build-essential cmake pkg-config libhwloc-dev libfmt-dev libgtest-dev googletest
-      libbenchmark-dev iproute2 procps python3-torch libtorch-dev
+      libbenchmark-dev iproute2 procps python3-torch libtorch-dev pybind11-dev
       libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
       opencl-c-headers clinfo)
 

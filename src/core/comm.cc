@@ -328,7 +328,9 @@ Status Comm::connectPair(int peer) {
     uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
     ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
     if (homeNuma_ >= 0)
-      ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) { topo::placeOnNode(p, bytes, node); };
+      ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) {
+        topo::placeOnNode(p, bytes, node);
+      };
     ctx.localIfAddr = bootstrap_->localAddr().str();
     // localAddr().str() is "ip:port"; the transport wants the address only.
     auto colon = ctx.localIfAddr.rfind(':');
