@@ -116,21 +116,21 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   const std::vector<int> ring = c->nodeMap_.ringOrder();
   const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
   const int next = ring[(pos + 1) % nranks], prev = ring[(pos + nranks - 1) % nranks];
-  {
-    TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
-    c->homeNuma_ = topo::homeNumaNode(t);
-    if (c->homeNuma_ >= 0)
-      TUTTI_INFO(log::kInit | log::kAlloc,
-                 "rank {}: runs on NUMA node {}; shared-memory rings it reads and its one-shot "
-                 "slots are placed there",
-                 rank, c->homeNuma_);
-  }
+  // Read once: the home node (before connecting: the rings are placed as
+  // they are made) and the cost model's recorded link figures.
+  TUTTI_ASSIGN_OR_RETURN(topo::Topology topology, topo::forThisProcess());
+  c->homeNuma_ = topo::homeNumaNode(topology);
+  if (c->homeNuma_ >= 0)
+    TUTTI_INFO(log::kInit | log::kAlloc,
+               "rank {}: runs on NUMA node {}; shared-memory rings it reads and its one-shot "
+               "slots are placed there",
+               rank, c->homeNuma_);
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > usableCpus();
   // After the ring connections: across nodes the selection measures the link
   // between rank 0 and its ring predecessor (on the last node) over them.
-  TUTTI_RETURN_IF_ERROR(c->agreeOnSelection());
+  TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   TUTTI_INFO(log::kInit,
              "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
@@ -145,7 +145,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 // link figure comes from the topology (figures recorded in a TUTTI_TOPO_FILE),
 // else, for the inter-node link of a communicator spanning nodes, from the
 // link probe run here (unless TUTTI_LINK_PROBE=0), else from the defaults.
-Status Comm::agreeOnSelection() {
+Status Comm::agreeOnSelection(const topo::Topology& t) {
   struct Choice {
     double intraLatencyUs, intraBandwidthGBs, interLatencyUs, interBandwidthGBs;
     uint64_t rdMaxBytes;
@@ -156,7 +156,6 @@ Status Comm::agreeOnSelection() {
     int32_t reserved;      // zero: no uninitialised padding on the wire
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
-  TUTTI_ASSIGN_OR_RETURN(topo::Topology t, topo::forThisProcess());
   algo::CostModel mine;
   mine.intra.latencyUs = t.intraLatencyUs.value_or(mine.intra.latencyUs);
   mine.intra.bandwidthGBs = t.intraBandwidthGBs.value_or(mine.intra.bandwidthGBs);

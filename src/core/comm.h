@@ -33,6 +33,10 @@
 #include "core/status.h"
 #include "core/transport.h"
 
+namespace tutti::topo {
+struct Topology;
+}  // namespace tutti::topo
+
 namespace tutti::core {
 
 struct CommConfig {
@@ -171,8 +175,9 @@ class Comm {
   Comm() = default;
   Status connectPair(int peer);
   // Collective: fills costModel_, rdMaxBytes_ and forcedAlgo_ from rank 0's
-  // (after the ring connections, which the link probe uses).
-  Status agreeOnSelection();
+  // (after the ring connections, which the link probe uses); t: this
+  // process's topology (its recorded link figures).
+  Status agreeOnSelection(const topo::Topology& t);
   // The inter-node link probe at init (core/link_probe.h): rank 0 and its ring
   // predecessor on the last node take part, no one else; *out is set on rank 0
   // when it measured. `needed`: the topology leaves an inter-node figure out.
