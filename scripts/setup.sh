@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # SPIR-V (spirv-tools validates it); its kernels are tested on the CPU under
 # PoCL through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
 # clinfo shows the platform).
-PKGS=(build-essential cmake pkg-config libhwloc-dev libfmt-dev libgtest-dev googletest
+PKGS=(build-essential cmake pkg-config libhwloc-dev libhwloc-plugins libopenmpi-dev openmpi-bin libfmt-dev libgtest-dev googletest
       libbenchmark-dev iproute2 procps python3-torch libtorch-dev pybind11-dev
       libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
       opencl-c-headers clinfo)

@@ -590,6 +590,35 @@ Result<Topology> discover() {
   return t;
 }
 
+bool hwlocReadsAnyXml() {
+  static const bool full = [] {
+    // A comment is enough to defeat hwloc's minimal parser.
+    static const char kProbe[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n"
+        "<!-- tutti: can hwloc read hand-written XML? -->\n"
+        "<topology version=\"2.0\">\n"
+        " <object type=\"Machine\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\""
+        " allowed_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\""
+        " allowed_nodeset=\"0x1\" gp_index=\"1\">\n"
+        "  <object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\""
+        " allowed_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\""
+        " allowed_nodeset=\"0x1\" gp_index=\"2\" local_memory=\"1048576\"/>\n"
+        "  <object type=\"PU\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\""
+        " allowed_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\""
+        " allowed_nodeset=\"0x1\" gp_index=\"3\"/>\n"
+        " </object>\n"
+        "</topology>\n";
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return false;
+    bool ok = hwloc_topology_set_xmlbuffer(topo, kProbe, static_cast<int>(sizeof(kProbe))) == 0 &&
+              hwloc_topology_load(topo) == 0;
+    hwloc_topology_destroy(topo);
+    return ok;
+  }();
+  return full;
+}
+
 Result<Topology> loadXml(const std::string& path) {
   auto fail = [&](const std::string& why) {
     return invalidArgument(fmt::format("cannot load topology file '{}': {}", path, why));
@@ -607,11 +636,20 @@ Result<Topology> loadXml(const std::string& path) {
   if (hwloc_topology_set_xml(tree->topo, path.c_str()) != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
   errno = 0;
-  if (hwloc_topology_load(tree->topo) != 0)
+  if (hwloc_topology_load(tree->topo) != 0) {
+    const char* why = errno ? strerror(errno) : "invalid content";
+    if (!hwlocReadsAnyXml())
+      return fail(fmt::format(
+          "hwloc could not parse it as topology XML ({}): this hwloc has only its minimal XML "
+          "parser, which reads nothing but files hwloc wrote itself (no comments, no hand edits); "
+          "install hwloc's libxml2 reader (Debian: libhwloc-plugins), or give a file written by "
+          "`tutti-topo --dump` or `lstopo --of xml` on this hwloc",
+          why));
     return fail(fmt::format(
         "hwloc could not parse it as topology XML ({}; HWLOC_XML_VERBOSE=1 shows hwloc's parser "
         "messages)",
-        errno ? strerror(errno) : "invalid content"));
+        why));
+  }
 
   Topology t = extractHardware(tree->topo);
   hwloc_obj_t root = hwloc_get_root_obj(tree->topo);

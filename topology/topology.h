@@ -157,6 +157,12 @@ Result<Topology> discover();
 // An hwloc XML file (lstopo --of xml, dumpXml, tutti-topo --dump). Errors name
 // the path and the reason.
 Result<Topology> loadXml(const std::string& path);
+// Whether hwloc can read XML it did not write itself (comments, hand-made
+// files such as tests/unit/data/*.xml): true when hwloc's libxml2 reader is
+// installed (Debian: libhwloc-plugins). Without it hwloc falls back to its
+// minimal parser, which reads only hwloc's own output; loadXml's error then
+// says so. Probed once per process by loading a tiny hand-written topology.
+bool hwlocReadsAnyXml();
 // Writes t as hwloc XML plus the Tutti* root attributes, atomically (a
 // temporary file renamed over path); "-" writes to stdout. t must come from
 // discover() or loadXml() (invalidArgument otherwise).
