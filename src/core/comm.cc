@@ -51,9 +51,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   c->nranks_ = nranks;
   c->config_ = config;
   log::setThreadRank(rank);
+  // Once per process: NCCL_* settings that do nothing here are named at WARN.
+  params::reportEnvironment();
 
-  int64_t buff = params::getInt("NCCL_BUFFSIZE", 4 << 20);
-  if (buff < (64 << 10)) buff = 64 << 10;
+  const int64_t buff = params::getIntAtLeast("NCCL_BUFFSIZE", 4 << 20, 64 << 10);
   c->bufferBytes_ = static_cast<size_t>(buff);
   int64_t chunk = params::getInt("TUTTI_CHUNK_SIZE", 512 << 10);
   chunk = std::clamp<int64_t>(chunk, 4 << 10, buff / 2);
@@ -83,8 +84,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   c->forcedAlgo_ = algo::parseAlgo(c->algoEnv_);
   TUTTI_RETURN_IF_ERROR(c->readCompressionEnv());
   if (rank == 0) {
-    if (auto proto = params::get("NCCL_PROTO"))
-      TUTTI_INFO(log::kEnv, "NCCL_PROTO={} has no meaning on host transports; ignored", *proto);
+    // NCCL_PROTO has no effect: params::reportEnvironment() names it at WARN.
     if (auto algo = params::get("NCCL_ALGO"))
       TUTTI_INFO(log::kEnv,
                  "NCCL_ALGO={}: all-reduce honours ring, tree (recursive doubling), 2dring and "

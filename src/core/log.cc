@@ -10,6 +10,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/params.h"
 #include "core/status.h"
 
 namespace tutti {
@@ -57,7 +58,14 @@ void initLocked() {
   g_cfg = Config();
   gethostname(g_cfg.host, sizeof(g_cfg.host) - 1);
   if (char* dot = strchr(g_cfg.host, '.')) *dot = 0;
-  if (const char* d = getenv("NCCL_DEBUG")) {
+  // From params (environment, then config files) like every other setting;
+  // lookup() neither logs nor records, so configuring the logger cannot recurse
+  // into it. params::reportEnvironment() prints their "set by" lines.
+  const auto debug = params::lookup("NCCL_DEBUG");
+  const auto subsys = params::lookup("NCCL_DEBUG_SUBSYS");
+  const auto file = params::lookup("NCCL_DEBUG_FILE");
+  if (debug) {
+    const char* d = debug->value.c_str();
     if (!strcasecmp(d, "VERSION"))
       g_cfg.level = Level::kVersion;
     else if (!strcasecmp(d, "WARN"))
@@ -69,8 +77,8 @@ void initLocked() {
     else if (!strcasecmp(d, "TRACE"))
       g_cfg.level = Level::kTrace;
   }
-  if (const char* s = getenv("NCCL_DEBUG_SUBSYS")) {
-    std::string spec(s);
+  if (subsys) {
+    std::string spec = subsys->value;
     bool invert = !spec.empty() && spec[0] == '^';
     if (invert) spec.erase(0, 1);
     uint32_t mask = 0;
@@ -79,7 +87,8 @@ void initLocked() {
     while (std::getline(ss, tok, ',')) mask |= subsysBit(tok);
     g_cfg.subsys = invert ? ~mask : mask;
   }
-  if (const char* f = getenv("NCCL_DEBUG_FILE"); f && g_cfg.level != Level::kNone) {
+  if (file && g_cfg.level != Level::kNone) {
+    const char* f = file->value.c_str();
     std::string path;
     for (const char* p = f; *p; ++p) {
       if (*p == '%' && p[1] == 'h') {

@@ -2,8 +2,9 @@
 //
 // Contract: configured lazily from NCCL_DEBUG (VERSION|WARN|INFO|ABORT|TRACE),
 // NCCL_DEBUG_SUBSYS (comma list, ^ to negate, ALL) and NCCL_DEBUG_FILE (%h host,
-// %p pid). Lines look like NCCL's: "host:pid:tid [rank] NCCL INFO message".
-// Thread-safe; never blocks longer than one write(2). Logging never fails.
+// %p pid), read through params::lookup (the environment, then config files,
+// such as the one NCCL_CONF_FILE names). Lines look like NCCL's: "host:pid:tid [rank] NCCL INFO
+// message". Thread-safe; never blocks longer than one write(2). Logging never fails.
 #pragma once
 
 #include <fmt/format.h>
@@ -36,7 +37,8 @@ bool enabled(Level level, uint32_t subsys);
 void write(Level level, uint32_t subsys, const std::string& msg);
 // Rank shown in the "[x]" field for messages from this thread (-1: none).
 void setThreadRank(int rank);
-// Re-reads the environment (tests, ncclResetDebugInit).
+// Re-reads the environment (tests, ncclResetDebugInit); config files are
+// re-read only after params::resetForTesting().
 void reset();
 
 }  // namespace tutti::log
