@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,7 @@
 
 #include "bench.h"
 #include "nccl.h"
+#include "slurm.h"
 
 namespace tutti::perf {
 namespace {
@@ -72,6 +75,7 @@ void armTimeout(const Options& opts, int rank) {
 
 int runRank(const Options& opts, int rank, int size, int local_rank, const ncclUniqueId& id) {
   if (rank == 0) printPreamble(opts, size);
+  const long long rss_before_init = residentBytes();
   ncclComm_t comm = nullptr;
   ncclResult_t res = ncclCommInitRank(&comm, size, id, rank);
   if (res != ncclSuccess) {
@@ -85,6 +89,7 @@ int runRank(const Options& opts, int rank, int size, int local_rank, const ncclU
   ctx.nranks = size;
   ctx.local_rank = local_rank;
   ctx.comm = comm;
+  ctx.rss_before_init = rss_before_init;
   int rc = runBenchmark(opts, ctx);
   // NCCL's orderly shutdown: flush (collectively) before freeing.
   res = ncclCommFinalize(comm);
@@ -162,6 +167,51 @@ bool writeAll(int fd, const void* buf, size_t len) {
   _exit(rc);
 }
 
+const char* firstEnv(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (haveEnv(n)) return std::getenv(n);
+  return "";
+}
+
+// srun with no PMI for MPI to use: the ranks take the root's address from the
+// job step (bench/tutti_perf/slurm.h) as NCCL_COMM_ID. kExitOk, or kExitUsage
+// with the reason on stderr.
+int setSlurmCommId(const LaunchEnv& env) {
+  const std::string list =
+      firstEnv({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  const std::string job = firstEnv({"SLURM_JOB_ID", "SLURM_JOBID"});
+  const std::string step = firstEnv({"SLURM_STEP_ID", "SLURM_STEPID"});
+  const std::string host = firstSlurmHost(list);
+  const int port = slurmRootPort(job, step);
+  if (host.empty() || port < 0) {
+    std::fprintf(stderr,
+                 "tutti-perf: rank %d: launched by srun without PMI and NCCL_COMM_ID is not set; "
+                 "cannot derive the root's address from SLURM_STEP_NODELIST='%s', "
+                 "SLURM_JOB_ID='%s', SLURM_STEP_ID='%s': set NCCL_COMM_ID=<host of rank 0>:<free "
+                 "port> for every rank, or use srun --mpi=pmix\n",
+                 env.rank, list.c_str(), job.c_str(), step.c_str());
+    return kExitUsage;
+  }
+  const std::string comm_id = host + ":" + std::to_string(port);
+  if (env.rank == 0) {
+    const char* me = std::getenv("SLURMD_NODENAME");
+    if (me != nullptr && *me != '\0' && host != me) {
+      std::fprintf(stderr,
+                   "tutti-perf: rank 0 runs on %s, not on the step's first node %s (an srun "
+                   "--distribution other than block?), so the derived NCCL_COMM_ID=%s would not "
+                   "be rank 0's: set NCCL_COMM_ID=<host of rank 0>:<free port> for every rank\n",
+                   me, host.c_str(), comm_id.c_str());
+      return kExitUsage;
+    }
+    std::fprintf(stderr,
+                 "tutti-perf: srun without PMI: the ranks meet at NCCL_COMM_ID=%s (the step's "
+                 "first node; the port from the job and step ids)\n",
+                 comm_id.c_str());
+  }
+  setenv("NCCL_COMM_ID", comm_id.c_str(), 1);
+  return kExitOk;
+}
+
 // Exit codes every rank returns together: no reason to stop the others.
 bool collectiveExit(int code) {
   return code == kExitOk || code == kExitWrongResults || code == kExitUsage;
@@ -213,6 +263,12 @@ int runForked(const Options& opts) {
   if (opts.coll->has_root && opts.root >= np) {
     std::fprintf(stderr, "tutti-perf: -r/--root %d is not a rank: --np %d starts ranks 0..%d\n",
                  opts.root, np, np - 1);
+    return kExitUsage;
+  }
+  if (opts.coll->coll == Coll::kHyperCube && (np & (np - 1)) != 0) {
+    std::fprintf(stderr,
+                 "tutti-perf: hypercube needs a power-of-two number of ranks: --np %d is not one\n",
+                 np);
     return kExitUsage;
   }
   std::fflush(stdout);
@@ -357,9 +413,19 @@ int runLaunched(const Options& opts, const LaunchEnv& env) {
     return runRank(opts, env.rank, env.size, env.local_rank, id);
   }
 
+  // srun without --mpi=pmix or pmi2 leaves no PMI(x) variables: MPI could not
+  // see the other tasks (MPI_Init would make a singleton, or abort), so the
+  // job step's variables give the root's address instead.
+  const bool slurm_without_pmi = env.kind == LaunchEnv::Kind::kSlurm && !haveEnv("PMIX_RANK") &&
+                                 !haveEnv("PMIX_NAMESPACE") && !haveEnv("PMI_FD");
+  if (slurm_without_pmi && !haveEnv("NCCL_COMM_ID")) {
+    int rc = setSlurmCommId(env);
+    if (rc != kExitOk) return rc;
+  }
+
 #ifdef TUTTI_PERF_WITH_MPI
   int mpi_size = 0, mpi_rank = 0;
-  if (MPI_Init(nullptr, nullptr) == MPI_SUCCESS &&
+  if (!slurm_without_pmi && MPI_Init(nullptr, nullptr) == MPI_SUCCESS &&
       MPI_Comm_size(MPI_COMM_WORLD, &mpi_size) == MPI_SUCCESS &&
       MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank) == MPI_SUCCESS && mpi_size == env.size) {
     int ok = 1;
