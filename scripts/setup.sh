@@ -5,18 +5,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Required to build and test. Optional features (CUDA, Level Zero, ibverbs,
-# UCX, libfabric, MPI) are detected by CMake if installed, never required;
-# python3-torch, libtorch-dev and pybind11-dev (which python3-torch only
-# recommends) are installed so the PyTorch backend
-# (src/pytorch, ctest label torch) is built and tested.
-# The Level Zero plugin (backends/ze) needs libze-dev (headers; the loader is
-# opened at run time) and clang-14 + llvm-spirv-14 to compile its kernels to
-# SPIR-V (spirv-tools validates it); its kernels are tested on the CPU under
-# PoCL through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
-# clinfo shows the platform).
-PKGS=(build-essential cmake pkg-config libhwloc-dev libhwloc-plugins libopenmpi-dev openmpi-bin libfmt-dev libgtest-dev googletest
-      libbenchmark-dev iproute2 procps python3-torch libtorch-dev pybind11-dev
+# Everything the build, the tests and the quick start use, so that a fresh
+# Debian 12 machine passes `bash scripts/test.sh` (tools/fresh-machine-diff in
+# the workplace lists what a machine has beyond this). CMake still treats all
+# but hwloc and fmt as optional: a missing one turns its feature off at
+# configure time and its tests skip with the reason.
+# - hwloc: libhwloc-dev, plus libhwloc-plugins (hwloc's PCI discovery and its
+#   libxml2 XML reader: without it TUTTI_TOPO_FILE reads only hwloc's own output).
+# - MPI: libopenmpi-dev and openmpi-bin (tutti-perf under mpirun, mp.perf_launchers).
+# - tutti-perf -J (JSON) and --plot: nlohmann-json3-dev, python3-matplotlib.
+# - PyTorch backend (src/pytorch, ctest label torch): python3-torch,
+#   libtorch-dev and pybind11-dev (which python3-torch only recommends).
+# - Level Zero plugin (backends/ze): libze-dev (headers; the loader is opened
+#   at run time) and clang-14 + llvm-spirv-14 to compile its kernels to SPIR-V
+#   (spirv-tools validates it); its kernels are tested on the CPU under PoCL
+#   through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
+#   clinfo shows the platform).
+PKGS=(build-essential cmake pkg-config libhwloc-dev libhwloc-plugins libfmt-dev libgtest-dev
+      googletest libbenchmark-dev iproute2 procps libopenmpi-dev openmpi-bin
+      nlohmann-json3-dev python3-matplotlib python3-torch libtorch-dev pybind11-dev
       libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
       opencl-c-headers clinfo)
 
