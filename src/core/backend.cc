@@ -42,30 +42,28 @@ Status checkTable(const tuttiBackendPlugin_v1* t, const std::string& origin) {
         origin, t->structSize, required));
   if (!t->name || !*t->name)
     return invalidArgument(fmt::format("backend plugin {}: table has no name", origin));
-  const void* const required_fns[] = {reinterpret_cast<const void*>(t->init),
-                                      reinterpret_cast<const void*>(t->finalize),
-                                      reinterpret_cast<const void*>(t->lastError),
-                                      reinterpret_cast<const void*>(t->deviceCount),
-                                      reinterpret_cast<const void*>(t->currentDevice),
-                                      reinterpret_cast<const void*>(t->queryPointer),
-                                      reinterpret_cast<const void*>(t->memAlloc),
-                                      reinterpret_cast<const void*>(t->memFree),
-                                      reinterpret_cast<const void*>(t->hostAlloc),
-                                      reinterpret_cast<const void*>(t->hostFree),
-                                      reinterpret_cast<const void*>(t->memcpyAsync),
-                                      reinterpret_cast<const void*>(t->queueCreate),
-                                      reinterpret_cast<const void*>(t->queueDestroy),
-                                      reinterpret_cast<const void*>(t->queueSynchronize),
-                                      reinterpret_cast<const void*>(t->eventCreate),
-                                      reinterpret_cast<const void*>(t->eventDestroy),
-                                      reinterpret_cast<const void*>(t->eventRecord),
-                                      reinterpret_cast<const void*>(t->eventWait),
-                                      reinterpret_cast<const void*>(t->eventQuery),
-                                      reinterpret_cast<const void*>(t->eventSynchronize)};
-  for (const void* fn : required_fns)
-    if (!fn)
+  // In table order, so the first NULL one is named.
+  const struct {
+    const char* name;
+    const void* fn;
+  } required_fns[] = {
+#define TUTTI_REQUIRED_FN(f) {#f, reinterpret_cast<const void*>(t->f)}
+      TUTTI_REQUIRED_FN(init),          TUTTI_REQUIRED_FN(finalize),
+      TUTTI_REQUIRED_FN(lastError),     TUTTI_REQUIRED_FN(deviceCount),
+      TUTTI_REQUIRED_FN(currentDevice), TUTTI_REQUIRED_FN(queryPointer),
+      TUTTI_REQUIRED_FN(memAlloc),      TUTTI_REQUIRED_FN(memFree),
+      TUTTI_REQUIRED_FN(hostAlloc),     TUTTI_REQUIRED_FN(hostFree),
+      TUTTI_REQUIRED_FN(memcpyAsync),   TUTTI_REQUIRED_FN(queueCreate),
+      TUTTI_REQUIRED_FN(queueDestroy),  TUTTI_REQUIRED_FN(queueSynchronize),
+      TUTTI_REQUIRED_FN(eventCreate),   TUTTI_REQUIRED_FN(eventDestroy),
+      TUTTI_REQUIRED_FN(eventRecord),   TUTTI_REQUIRED_FN(eventWait),
+      TUTTI_REQUIRED_FN(eventQuery),    TUTTI_REQUIRED_FN(eventSynchronize),
+#undef TUTTI_REQUIRED_FN
+  };
+  for (const auto& r : required_fns)
+    if (!r.fn)
       return invalidArgument(
-          fmt::format("backend plugin {} ({}): a required function is NULL", origin, t->name));
+          fmt::format("backend plugin {}: required function '{}' is NULL", origin, r.name));
   return Status::ok();
 }
 
@@ -140,10 +138,15 @@ Result<std::unique_ptr<Backend>> Backend::load(const std::string& nameOrPath) {
   }
   const tuttiBackendPlugin_v1* table = entry(TUTTI_BACKEND_PLUGIN_ABI_VERSION);
   if (!table) {
+    // The plugin declined (the header: "no usable device here"). No device
+    // runtime call failed, so this is not ncclUnhandledCudaError: the program
+    // is right and the machine cannot serve it, a system error.
     dlclose(dl);
-    return Status(
-        Code::kUnhandledDeviceError,
-        fmt::format("backend plugin {}: cannot run here (its entry point returned NULL)", path));
+    return systemError(fmt::format(
+        "backend plugin {}: {}({}) returned NULL: the plugin declined to run in this process "
+        "(no usable device, or it does not support plugin ABI version {})",
+        path, TUTTI_BACKEND_PLUGIN_INIT_SYMBOL, TUTTI_BACKEND_PLUGIN_ABI_VERSION,
+        TUTTI_BACKEND_PLUGIN_ABI_VERSION));
   }
   auto res = fromTable(table, path);
   if (!res) {

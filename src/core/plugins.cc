@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <sstream>
 
 #include "core/params.h"
@@ -14,7 +15,11 @@ namespace {
 std::string ownObjectDir() {
   Dl_info info{};
   if (!dladdr(reinterpret_cast<void*>(&ownObjectDir), &info) || !info.dli_fname) return "";
-  std::string path = info.dli_fname;
+  // Absolute, so that paths found from it stay valid after a chdir (a
+  // program's dli_fname is argv[0] as typed, e.g. "./tutti-conformance").
+  char* real = realpath(info.dli_fname, nullptr);
+  std::string path = real ? real : info.dli_fname;
+  free(real);
   auto slash = path.rfind('/');
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
@@ -24,7 +29,14 @@ std::string ownObjectDir() {
 std::vector<std::string> pluginSearchDirs() {
   std::vector<std::string> dirs;
   std::string own = ownObjectDir();
-  if (!own.empty()) dirs.push_back(own + "/tutti");
+  if (!own.empty()) {
+    dirs.push_back(own + "/tutti");
+    // A program in P/bin that links tutti statically (tutti-conformance)
+    // looks where libtutti.so would: P/lib/tutti.
+    const std::string bin = "/bin";
+    if (own.size() >= bin.size() && own.compare(own.size() - bin.size(), bin.size(), bin) == 0)
+      dirs.push_back(own.substr(0, own.size() - bin.size()) + "/lib/tutti");
+  }
   std::stringstream ss(params::getStr("TUTTI_PLUGIN_PATH", ""));
   std::string dir;
   while (std::getline(ss, dir, ':'))

@@ -1,7 +1,8 @@
 // Where tutti finds its plugins (device backends, optional transports).
 //
 // Contract: plugins live in <directory of libtutti.so>/tutti first (the
-// installed layout puts them in P/lib/tutti), then in each directory of
+// installed layout puts them in P/lib/tutti; for a program in P/bin linking
+// tutti statically, P/lib/tutti too), then in each directory of
 // TUTTI_PLUGIN_PATH (colon-separated), in that order. A name is resolved to
 // the file "libtutti-<kind>-<name>.so"; a value containing '/' is a path and
 // is used as is. Lookups only touch the file system (no dlopen here); the

@@ -1,0 +1,175 @@
+// A device backend plugin that cannot be used is an error with a message that
+// names the plugin and what is wrong with it, and the right ncclResult_t:
+//
+//   a required function is NULL      ncclInvalidArgument, names the function
+//   ABI version / table size / name  ncclInvalidArgument
+//   no entry symbol, not found       ncclInvalidArgument
+//   the entry point returns NULL     ncclSystemError (the plugin declined: no
+//                                    device runtime call failed, so never
+//                                    ncclUnhandledCudaError, "unhandled cuda error")
+//   init() fails                     ncclUnhandledCudaError with the plugin's lastError
+//
+// First through tutti's loader in this process (core::Backend::load), then as
+// an NCCL program sees it: plugin_error_probe, linked against libtutti.so, run
+// with TUTTI_BACKEND_PLUGIN=<plugin> and NCCL_DEBUG=WARN, prints the codes,
+// ncclGetErrorString and ncclGetLastError of ncclMemAlloc and
+// ncclCommInitRank; the WARN log line must carry the same message.
+// The plugins are tests/device/broken_plugin.c built once per BROKEN_* flag.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "core/backend.h"
+
+namespace tutti {
+namespace {
+
+using core::Backend;
+
+struct Expect {
+  Code code;
+  std::string message;  // the exact message of Backend::load
+};
+
+void expectLoadFails(const std::string& path, const Expect& want) {
+  auto b = Backend::load(path);
+  ASSERT_FALSE(b.isOk()) << path << " loaded";
+  EXPECT_EQ(static_cast<int>(b.status().code()), static_cast<int>(want.code))
+      << b.status().message();
+  EXPECT_EQ(b.status().message(), want.message);
+}
+
+TEST(PluginLoadErrors, NullRequiredFunctionIsNamed) {
+  expectLoadFails(
+      BROKEN_NULL_MEMALLOC_PATH,
+      {Code::kInvalidArgument, std::string("backend plugin ") + BROKEN_NULL_MEMALLOC_PATH +
+                                   ": required function 'memAlloc' is NULL"});
+  expectLoadFails(
+      BROKEN_NULL_EVENT_SYNC_PATH,
+      {Code::kInvalidArgument, std::string("backend plugin ") + BROKEN_NULL_EVENT_SYNC_PATH +
+                                   ": required function 'eventSynchronize' is NULL"});
+}
+
+TEST(PluginLoadErrors, EntryReturningNullIsASystemErrorNamingThePlugin) {
+  expectLoadFails(
+      BROKEN_ENTRY_NULL_PATH,
+      {Code::kSystemError,
+       std::string("backend plugin ") + BROKEN_ENTRY_NULL_PATH +
+           ": tuttiBackendPluginInit(1) returned NULL: the plugin declined to run in this "
+           "process (no usable device, or it does not support plugin ABI version 1)"});
+}
+
+TEST(PluginLoadErrors, TableChecks) {
+  expectLoadFails(
+      BROKEN_ABI_VERSION_PATH,
+      {Code::kInvalidArgument, std::string("backend plugin ") + BROKEN_ABI_VERSION_PATH +
+                                   ": ABI version 99, this tutti speaks 1"});
+  expectLoadFails(
+      BROKEN_SHORT_TABLE_PATH,
+      {Code::kInvalidArgument,
+       std::string("backend plugin ") + BROKEN_SHORT_TABLE_PATH +
+           ": table of 16 bytes is shorter than the " +
+           std::to_string(offsetof(tuttiBackendPlugin_v1, eventSynchronize) + sizeof(void*)) +
+           " bytes ABI version 1 requires"});
+  expectLoadFails(BROKEN_NO_NAME_PATH,
+                  {Code::kInvalidArgument,
+                   std::string("backend plugin ") + BROKEN_NO_NAME_PATH + ": table has no name"});
+  expectLoadFails(BROKEN_NO_ENTRY_PATH,
+                  {Code::kInvalidArgument, std::string("backend plugin ") + BROKEN_NO_ENTRY_PATH +
+                                               ": no symbol tuttiBackendPluginInit"});
+}
+
+TEST(PluginLoadErrors, InitFailureCarriesThePluginsReason) {
+  expectLoadFails(
+      BROKEN_INIT_FAILS_PATH,
+      {Code::kUnhandledDeviceError, std::string("backend broken (") + BROKEN_INIT_FAILS_PATH +
+                                        "): init failed: broken: no device found (deliberately)"});
+}
+
+TEST(PluginLoadErrors, MissingOrNotALibrary) {
+  expectLoadFails("/nonexistent/libtutti-backend-x.so",
+                  {Code::kInvalidArgument,
+                   "backend plugin '/nonexistent/libtutti-backend-x.so' does not exist or is "
+                   "unreadable"});
+  const std::string text = ::testing::TempDir() + "libtutti-backend-text.so";
+  std::ofstream(text) << "not an ELF file\n";
+  auto b = Backend::load(text);
+  ASSERT_FALSE(b.isOk());
+  EXPECT_EQ(b.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(b.status().message().rfind("backend plugin " + text + ": dlopen failed: ", 0), 0u)
+      << b.status().message();
+  std::remove(text.c_str());
+}
+
+// ---- through the C API of libtutti.so, one process per plugin --------------
+
+// key=value lines of the probe, and every line it printed.
+struct ProbeOutput {
+  std::map<std::string, std::string> values;
+  std::string all;
+};
+
+ProbeOutput runProbe(const std::string& plugin) {
+  ProbeOutput out;
+  const std::string cmd = "env TUTTI_BACKEND_PLUGIN='" + plugin +
+                          "' NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=lo '" PLUGIN_ERROR_PROBE "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char line[4096];
+  while (fgets(line, sizeof(line), p)) {
+    std::string l = line;
+    out.all += l;
+    if (!l.empty() && l.back() == '\n') l.pop_back();
+    auto eq = l.find('=');
+    if (eq != std::string::npos && l.find(' ') > eq) out.values[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  EXPECT_EQ(pclose(p), 0) << out.all;
+  return out;
+}
+
+bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+// Both entry points fail with `code`, ncclGetLastError names the plugin and
+// says `what`, and the WARN log line says it too.
+void expectProbe(const std::string& plugin, int code, const std::string& what) {
+  SCOPED_TRACE(plugin);
+  ProbeOutput o = runProbe(plugin);
+  for (const char* call : {"memalloc", "init"}) {
+    SCOPED_TRACE(call);
+    const std::string rc = o.values[std::string(call) + "_rc"];
+    const std::string last = o.values[std::string(call) + "_last"];
+    const std::string str = o.values[std::string(call) + "_string"];
+    EXPECT_EQ(rc, std::to_string(code)) << o.all;
+    EXPECT_TRUE(contains(last, "TUTTI_BACKEND_PLUGIN=" + plugin)) << last;
+    EXPECT_TRUE(contains(last, "backend plugin " + plugin + ": " + what)) << last;
+    EXPECT_FALSE(contains(str, "cuda")) << str;
+  }
+  EXPECT_TRUE(contains(o.all, "NCCL WARN ncclMemAlloc: TUTTI_BACKEND_PLUGIN=" + plugin +
+                                  ": backend plugin " + plugin + ": " + what))
+      << o.all;
+}
+
+TEST(PluginLoadErrorsThroughNccl, NullRequiredFunction) {
+  expectProbe(BROKEN_NULL_MEMALLOC_PATH, ncclInvalidArgument,
+              "required function 'memAlloc' is NULL");
+}
+
+TEST(PluginLoadErrorsThroughNccl, EntryReturningNullIsNotAnUnhandledCudaError) {
+  expectProbe(BROKEN_ENTRY_NULL_PATH, ncclSystemError, "tuttiBackendPluginInit(1) returned NULL");
+  ProbeOutput o = runProbe(BROKEN_ENTRY_NULL_PATH);
+  EXPECT_EQ(o.values["memalloc_string"],
+            "unhandled system error (run with NCCL_DEBUG=INFO for details)");
+}
+
+TEST(PluginLoadErrorsThroughNccl, AbiVersionMismatch) {
+  expectProbe(BROKEN_ABI_VERSION_PATH, ncclInvalidArgument, "ABI version 99, this tutti speaks 1");
+}
+
+}  // namespace
+}  // namespace tutti
