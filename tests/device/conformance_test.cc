@@ -6,7 +6,9 @@
 //
 // Backends: TUTTI_CONFORMANCE_BACKENDS (comma-separated names or paths),
 // default the ones built here (TUTTI_CONFORMANCE_DEFAULT). A backend that
-// cannot start on this machine (cuda without a GPU) is reported skipped.
+// cannot start on this machine (cuda without a GPU, or a plugin whose entry
+// point declines) is reported skipped. The installed tool tutti-conformance
+// (conformance_main.cc) runs these same tests on the plugin it is given.
 //
 // Exactness: reduce, castScaled and the 1-bit codec are specified bit for bit
 // (include/tutti/backend_plugin.h), so results must be identical; NaNs match
@@ -25,15 +27,29 @@
 #include "backends/cpu/float_formats.h"
 #include "core/backend.h"
 #include "core/types.h"
+#include "tests/device/conformance_checks.h"
 #include "tests/device/element_data.h"
 
 namespace tutti {
+namespace conformance {
+namespace {
+std::vector<std::string>* g_backends = nullptr;  // set by setBackends
+}  // namespace
+
+void setBackends(std::vector<std::string> namesOrPaths) {
+  delete g_backends;
+  g_backends = new std::vector<std::string>(std::move(namesOrPaths));
+}
+
+}  // namespace conformance
+
 namespace {
 
 using core::Backend;
 using devtest::firstMismatch;
 
 std::vector<std::string> backendNames() {
+  if (conformance::g_backends) return *conformance::g_backends;
   const char* env = getenv("TUTTI_CONFORMANCE_BACKENDS");
   std::string list = env && *env ? env : TUTTI_CONFORMANCE_DEFAULT;
   std::vector<std::string> out;
@@ -141,9 +157,11 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     auto b = Backend::load(GetParam());
     if (!b) {
-      // Only a backend that declines at run time (no device) may skip; one
-      // that is missing or malformed fails.
-      if (b.status().code() == Code::kUnhandledDeviceError)
+      // Only a backend that declines at run time may skip: init() failed (no
+      // device; kUnhandledDeviceError) or the entry point returned NULL
+      // (kSystemError). One that is missing or malformed fails.
+      if (b.status().code() == Code::kUnhandledDeviceError ||
+          b.status().code() == Code::kSystemError)
         GTEST_SKIP() << "backend " << GetParam() << " cannot run here: " << b.status().message();
       FAIL() << b.status().message();
     }
