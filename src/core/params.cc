@@ -216,6 +216,7 @@ const std::vector<Known> kRegistry = {
     {"NCCL_LIBRARY", false, Effect::kNotLibrary, kBuild},
     {"NCCL_VERSION", false, Effect::kNotLibrary, kBuild},
     // ---- tutti's own (docs/env.md has the details)
+    {"TUTTI_PERF_", true, Effect::kNotLibrary, "read by tutti-perf (docs/tutti-perf.md)"},
     {"TUTTI_CONF_FILE", false, Effect::kHonoured, "config file read first"},
     {"TUTTI_NCHANNELS", false, Effect::kHonoured, "channels (connections) per peer"},
     {"TUTTI_CHUNK_SIZE", false, Effect::kHonoured, "largest message of a pipelined collective"},
