@@ -1,18 +1,26 @@
 #include "bench.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#ifdef TUTTI_PERF_HAVE_JSON
+#include <nlohmann/json.hpp>
+#endif
 
 #if __has_include("tutti/tutti.h")
 #include "tutti/tutti.h"
@@ -215,10 +223,39 @@ struct Counts {
   size_t recv_inplace = 0;
 };
 
-Counts countsFor(Coll coll, size_t count, int n) {
+// alltoallv's generated pattern (nccl-tests): the bytes rank `from` sends to
+// rank `to` out of `total`, blending an even split (spread 0) with one in
+// proportion to the distance (to - from) mod n (spread 1, the default), in
+// multiples of 16 bytes. Every rank sends and receives the same total.
+size_t alltoallvPeerBytes(int from, int to, int n, size_t total, double spread) {
+  if (n == 1) return total & ~size_t{15};
+  const int distance = (to - from + n) % n;
+  const double even = static_cast<double>(total) / n;
+  const double weighted =
+      distance * static_cast<double>(total) / (static_cast<double>(n) * (n - 1) / 2);
+  const double bytes = (1 - spread) * even + spread * weighted;
+  return static_cast<size_t>(bytes) & ~size_t{15};
+}
+
+Counts countsFor(Coll coll, size_t count, int n, size_t elt, double spread) {
   Counts k;
   const size_t base = count / static_cast<size_t>(n);
+  // alltoallv and hypercube round the per-rank count down to 16 bytes.
+  const size_t base16 = base & ~(16 / elt - 1);
   switch (coll) {
+    case Coll::kAllToAllv: {
+      k.param = base16;
+      const size_t total = base16 * n * elt;
+      size_t mine = 0;
+      for (int to = 0; to < n; ++to) mine += alltoallvPeerBytes(0, to, n, total, spread) / elt;
+      k.send = k.recv = mine;
+      break;
+    }
+    case Coll::kHyperCube:
+      k.send = k.param = base16;
+      k.recv = base16 * n;
+      k.send_inplace = base16;
+      break;
     case Coll::kAllReduce:
     case Coll::kBroadcast:
     case Coll::kReduce:
@@ -254,15 +291,24 @@ double busFactor(Coll coll, int n) {
     case Coll::kAllGather:
     case Coll::kReduceScatter:
     case Coll::kAllToAll:
+    case Coll::kAllToAllv:
     case Coll::kGather:
     case Coll::kScatter:
       return (nr - 1) / nr;
     case Coll::kBroadcast:
     case Coll::kReduce:
     case Coll::kSendRecv:
+    case Coll::kHyperCube:
       return 1;
   }
   return 1;
+}
+
+// The bytes algbw counts: the size as printed, except for hypercube, where
+// nccl-tests counts what each rank receives, (n-1) blocks of param elements.
+double algBytes(Coll coll, const Counts& k, size_t elt, int n) {
+  if (coll == Coll::kHyperCube) return static_cast<double>(k.param * elt) * (n - 1);
+  return static_cast<double>(std::max(k.send, k.recv) * elt);
 }
 
 bool isReduction(Coll coll) {
@@ -442,6 +488,9 @@ struct Case {
   ncclRedOp_t nccl_op;
   int root;
   const CompressCall* z = nullptr;  // all_reduce through tuttiAllReduceCompressed
+  double spread = 1;                // alltoallv's NCCL_TESTS_ALLTOALLV_SPREAD
+  // hypercube's local copy: tuttiMemcpy with --mem device, else memcpy.
+  ncclResult_t (*copy)(void* dst, const void* src, size_t bytes) = nullptr;
 };
 
 ncclRedOp_t builtinOp(Op op) {
@@ -505,6 +554,51 @@ void launch(const Case& c, const RankContext& ctx, const void* send, void* recv,
       PERF_NCCL(ncclGroupEnd());
       break;
     }
+    case Coll::kAllToAllv: {
+      // count is the per-peer count; each peer's share follows the pattern,
+      // packed in rank order in both buffers.
+      const size_t elt = c.type->size;
+      const int n = ctx.nranks;
+      const size_t total = count * n * elt;
+      const char* sp = static_cast<const char*>(send);
+      char* rp = static_cast<char*>(recv);
+      PERF_NCCL(ncclGroupStart());
+      for (int peer = 0; peer < n; ++peer) {
+        const size_t sc = alltoallvPeerBytes(ctx.rank, peer, n, total, c.spread) / elt;
+        const size_t rc = alltoallvPeerBytes(peer, ctx.rank, n, total, c.spread) / elt;
+        if (sc > 0) PERF_NCCL(ncclSend(sp, sc, dt, peer, ctx.comm, stream));
+        if (rc > 0) PERF_NCCL(ncclRecv(rp, rc, dt, peer, ctx.comm, stream));
+        sp += sc * elt;
+        rp += rc * elt;
+      }
+      PERF_NCCL(ncclGroupEnd());
+      break;
+    }
+    case Coll::kHyperCube: {
+      // An all-gather: the own block goes to its place, then log2(n) rounds
+      // each swap everything gathered so far with the rank that differs in
+      // one bit (n is a power of two).
+      const size_t block = count * c.type->size;
+      char* rb = static_cast<char*>(recv);
+      char* mine = rb + static_cast<size_t>(ctx.rank) * block;
+      if (mine != send && block > 0) {
+        if (c.copy != nullptr) {
+          ncclResult_t res = c.copy(mine, send, block);
+          if (res != ncclSuccess) ncclFailed("tuttiMemcpy", res);
+        } else {
+          std::memcpy(mine, send, block);
+        }
+      }
+      for (int mask = 1; mask < ctx.nranks; mask <<= 1) {
+        const int have = ctx.rank & ~(mask - 1);
+        const int get = have ^ mask;
+        PERF_NCCL(ncclGroupStart());
+        PERF_NCCL(ncclSend(rb + have * block, count * mask, dt, ctx.rank ^ mask, ctx.comm, stream));
+        PERF_NCCL(ncclRecv(rb + get * block, count * mask, dt, ctx.rank ^ mask, ctx.comm, stream));
+        PERF_NCCL(ncclGroupEnd());
+      }
+      break;
+    }
   }
 }
 
@@ -537,22 +631,134 @@ std::string fmtNum(double v, int width) {
 // results checked, and dev_send/dev_recv (ncclMemAlloc, same size) are what
 // the operations run on. Device memory is only ever passed to tutti (the
 // collectives, tuttiMemcpy, ncclMemFree), never read or written here.
+//
+// -u N: send/recv/dev_send/dev_recv start N elements (of the datatype being
+// run) past the *_alloc pointers, which are allocated 8 N bytes larger.
 struct Buffers {
   char* send = nullptr;
   char* recv = nullptr;
   char* dev_send = nullptr;
   char* dev_recv = nullptr;
-  size_t bytes = 0;
+  size_t bytes = 0;        // usable bytes from send/recv
+  size_t alloc_bytes = 0;  // allocated bytes from *_alloc
+  char* send_alloc = nullptr;
+  char* recv_alloc = nullptr;
+  char* dev_send_alloc = nullptr;
+  char* dev_recv_alloc = nullptr;
   Buffers() = default;
   Buffers(const Buffers&) = delete;
   Buffers& operator=(const Buffers&) = delete;
   ~Buffers() {
-    std::free(send);
-    std::free(recv);
-    if (dev_send != nullptr) ncclMemFree(dev_send);
-    if (dev_recv != nullptr) ncclMemFree(dev_recv);
+    std::free(send_alloc);
+    std::free(recv_alloc);
+    if (dev_send_alloc != nullptr) ncclMemFree(dev_send_alloc);
+    if (dev_recv_alloc != nullptr) ncclMemFree(dev_recv_alloc);
+  }
+  void shift(size_t off) {
+    send = send_alloc + off;
+    recv = recv_alloc + off;
+    if (dev_send_alloc != nullptr) dev_send = dev_send_alloc + off;
+    if (dev_recv_alloc != nullptr) dev_recv = dev_recv_alloc + off;
   }
 };
+
+// One half (out-of-place or in-place) of a row, for the table and -J.
+struct HalfResult {
+  double time_us = 0;
+  double algbw = 0;
+  double busbw = 0;
+  bool checked = false;
+  int64_t wrong = 0;
+  // -I: statistics over the iterations after -K, of the per-iteration
+  // maximum over ranks; iter_us holds every iteration, per_rank_us each rank's.
+  bool has_iter = false;
+  double i_min = 0, i_max = 0, i_avg = 0, i_p50 = 0, i_p95 = 0, i_p99 = 0, i_stdev = 0, i_cv = 0;
+  std::vector<double> iter_us;
+  std::vector<std::vector<double>> per_rank_us;
+};
+
+// What timeOps measured.
+struct Timing {
+  double sec = 0;                // per operation, combined across ranks (-a)
+  std::vector<double> iter_sec;  // -I: each outer iteration per operation, this rank
+};
+
+// Resident set size of this process in bytes (/proc/self/statm), or its
+// peak (VmHWM in /proc/self/status); 0 when unknown.
+long long residentNow() {
+  std::ifstream f("/proc/self/statm");
+  long long pages_total = 0, pages_resident = 0;
+  if (!(f >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<long long>(sysconf(_SC_PAGESIZE));
+}
+
+long long residentPeak() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  while (f >> key) {
+    if (key == "VmHWM:") {
+      long long kb = 0;
+      f >> kb;
+      return kb * 1024;
+    }
+    std::getline(f, key);
+  }
+  return 0;
+}
+
+// nccl-tests' memory figures: B, KB, MB, GB (powers of 1024), 2 decimals
+// under 10, 1 under 100, else none.
+std::string memString(long long bytes) {
+  double v = static_cast<double>(bytes);
+  const char* unit = " B";
+  if (std::fabs(v) >= 1024.0 * 1024 * 1024) {
+    v /= 1024.0 * 1024 * 1024;
+    unit = " GB";
+  } else if (std::fabs(v) >= 1024.0 * 1024) {
+    v /= 1024.0 * 1024;
+    unit = " MB";
+  } else if (std::fabs(v) >= 1024.0) {
+    v /= 1024.0;
+    unit = " KB";
+  }
+  const int decimals = std::fabs(v) < 10 ? 2 : std::fabs(v) < 100 ? 1 : 0;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f%s", decimals, v, unit);
+  return buf;
+}
+
+// "%Y-%m-%d %H:%M:%S", local time: -S's timestamps and -J's start/end times.
+std::string nowString() {
+  char buf[64];
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// -I's statistics (nccl-tests): p99 is the nearest-rank percentile, the
+// standard deviation is the population one, cv% = stdev / mean * 100.
+void iterStats(std::vector<double> v, HalfResult* h) {
+  if (v.empty()) return;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  auto pct = [&](size_t p) { return v[std::min(n - 1, (n * p + 99) / 100 - 1)]; };
+  double sum = 0;
+  for (double x : v) sum += x;
+  const double avg = sum / n;
+  double var = 0;
+  for (double x : v) var += (x - avg) * (x - avg);
+  h->has_iter = true;
+  h->i_min = v.front();
+  h->i_max = v.back();
+  h->i_avg = avg;
+  h->i_p50 = v[n / 2];
+  h->i_p95 = pct(95);
+  h->i_p99 = pct(99);
+  h->i_stdev = std::sqrt(var / n);
+  h->i_cv = avg > 0 ? h->i_stdev / avg * 100 : 0;
+}
 
 class Runner {
  public:
@@ -564,17 +770,37 @@ class Runner {
   void printDevices();
   void printHeader();
   void runCase(const Case& c);
-  // Times one size; returns seconds per operation combined across ranks (-a).
-  double timeOps(const Case& c, const void* send, void* recv, size_t count);
-  int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k);
-  void warmup(const Case& c, size_t size);
+  // Times one size: seconds per operation combined across ranks (-a), and
+  // with -I each iteration's.
+  Timing timeOps(const Case& c, const void* send, void* recv, size_t count);
+  // -I: the per-iteration maximum over ranks and its statistics (rank 0).
+  void gatherIterations(const Timing& t, HalfResult* h);
+  // One checked call on fresh data (rep tells -c's calls apart); the wrong
+  // elements summed over ranks.
+  int64_t checkOnce(const Case& c, size_t size, bool in_place, const Counts& k, int rep);
+  // nccl-tests' warm-up: -w calls at every size from -b to -e, doubling.
+  void warmup(const Case& c);
+  Counts counts(const Case& c, size_t size) const {
+    return countsFor(c.coll->coll, size / elem_, ctx_.nranks, elem_, spread_);
+  }
+  // -R: registers the buffers the operations run on (reg_note_ says how).
+  void registerBuffers();
+  void deregisterBuffers();
+  void printRow(const Case& c, size_t bytes, const Counts& k, const HalfResult half[2],
+                const std::string& wire, const std::string& stamp);
+  void progress(size_t bytes, const Case& c);
+  // -J (rank 0): the document is built during the run and written at the end.
+  bool openJson();
+  void jsonRow(const Case& c, size_t bytes, const Counts& k, const HalfResult half[2], double wire);
+  void finishJson(double avg_bw, double min_bw);
   // --compress: one compressor per size (created, warmed up with -w calls,
   // destroyed after the size's row), and the data the timed calls reduce.
   void createCompressor(size_t count, CompressCall* z);
   void destroyCompressor(CompressCall* z);
   void prepareCompressedData(bool in_place, const Counts& k);
-  // Rank 0 prints the wire ratio column (and a note when calls ran exact).
-  void printWireRatio(const CompressCall& z, size_t bytes);
+  // The wire ratio column (every rank calls it; -1 when nothing was sent),
+  // and on rank 0 a note when calls ran exact.
+  double wireRatio(const CompressCall& z, size_t bytes, std::string* note);
   // The buffers the operations run on: device memory with --mem device.
   char* opSend() const { return device_ ? buf_.dev_send : buf_.send; }
   char* opRecv() const { return device_ ? buf_.dev_recv : buf_.recv; }
@@ -617,6 +843,27 @@ class Runner {
   double bw_sum_ = 0;
   long bw_count_ = 0;
   int mismatch_reports_ = 0;
+  double spread_ = 1;  // NCCL_TESTS_ALLTOALLV_SPREAD
+  // -R: the registration handles, and how they were made.
+  void* reg_send_ = nullptr;
+  void* reg_recv_ = nullptr;
+  ncclWindow_t win_send_ = nullptr;
+  ncclWindow_t win_recv_ = nullptr;
+  std::string reg_note_;
+  // -M: resident bytes after init (at the start of run) and after the buffers.
+  long long rss_after_init_ = 0;
+  long long rss_after_buffers_ = 0;
+  // Progress on stderr (rank 0): rows done of rows_total (0: -N 0, forever).
+  int progress_mode_ = 0;  // 0 off, 1 after a few seconds, 2 every row
+  long rows_done_ = 0;
+  long rows_total_ = 0;
+  std::chrono::steady_clock::time_point progress_start_{};
+  std::chrono::steady_clock::time_point progress_last_{};
+  int rep_ = 0;  // -c: a different data seed for every checked call
+#ifdef TUTTI_PERF_HAVE_JSON
+  nlohmann::ordered_json json_;
+  std::FILE* json_fp_ = nullptr;
+#endif
 };
 
 void Runner::printDevices() {
@@ -654,6 +901,19 @@ void Runner::printDevices() {
       std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", r.rank,
                   0, r.pid, r.host, r.local_rank);
     }
+#ifdef TUTTI_PERF_HAVE_JSON
+    if (json_fp_ != nullptr) {
+      const bool dev = r.backend[0] != '\0';
+      json_["config"]["devices"].push_back(
+          {{"rank", r.rank},
+           {"group", 0},
+           {"pid", r.pid},
+           {"hostname", r.host},
+           {"device", r.local_rank},
+           {"device_hex", dev ? r.backend : "host"},
+           {"device_info", dev ? std::string(r.backend) + " device memory" : "host memory"}});
+    }
+#endif
   }
   std::printf("#\n");
   std::fflush(stdout);
@@ -661,48 +921,128 @@ void Runner::printDevices() {
 
 void Runner::printHeader() {
   if (ctx_.rank != 0) return;
-  std::printf(
-      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
-      "\n",
-      "", "", "", "", "");
-  // --compress adds a last column: the wire ratio (payload / wire bytes).
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n", "size",
-              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-              "busbw", "#wrong", compress_ ? "     wire" : "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s%s\n", "(B)",
-              "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-              "", compress_ ? "      (x)" : "");
+  if (!reg_note_.empty()) std::printf("# Registration: %s\n#\n", reg_note_.c_str());
+  const char* time_name = opts_.report_cputime ? "cputime" : "time";
+  const bool iter = opts_.per_iter != 0;
+  const bool stamps = opts_.report_timestamps != 0;
+  if (!iter) {
+    std::printf(
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place        "
+        "  \n",
+        "", "", "", "", "");
+  } else {
+    // Each half is 68 characters wide with -I: the titles centred over them.
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %-66s  %-66s\n", "", "", "", "", "",
+                "                 out-of-place (+ per-iteration)",
+                "                   in-place (+ per-iteration)");
+  }
+  // The 13 columns of nccl-tests; -I adds four after each half, --compress
+  // the wire ratio and -S a timestamp at the end.
+  std::string names, units;
+  char buf[256];
+  for (int half = 0; half < 2; ++half) {
+    std::snprintf(buf, sizeof(buf), "  %7s  %6s  %6s %6s", time_name, "algbw", "busbw", "#wrong");
+    names += buf;
+    std::snprintf(buf, sizeof(buf), "  %7s  %6s  %6s  %5s", "(us)", "(GB/s)", "(GB/s)", "");
+    units += buf;
+    if (iter) {
+      std::snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "i_min", "i_max", "i_p99", "i_cv%");
+      names += buf;
+      std::snprintf(buf, sizeof(buf), "  %7s  %7s  %7s  %7s", "(us)", "(us)", "(us)", "(%)");
+      units += buf;
+    }
+  }
+  if (compress_) {
+    names += "     wire";  // the wire ratio: payload / wire bytes
+    units += "      (x)";
+  }
+  if (stamps) {
+    std::snprintf(buf, sizeof(buf), "  %19s", "timestamp");
+    names += buf;
+    std::snprintf(buf, sizeof(buf), "  %19s", "%Y-%m-%d %H:%M:%S");
+    units += buf;
+  }
+  std::printf("# %10s  %12s  %8s  %6s  %6s%s\n", "size", "count", "type", "redop", "root",
+              names.c_str());
+  std::printf("# %10s  %12s  %8s  %6s  %6s%s\n", "(B)", "(elements)", "", "", "", units.c_str());
   std::fflush(stdout);
 }
 
-double Runner::timeOps(const Case& c, const void* send, void* recv, size_t count) {
+Timing Runner::timeOps(const Case& c, const void* send, void* recv, size_t count) {
+  using Clock = std::chrono::steady_clock;
+  Timing t;
+  if (opts_.per_iter) t.iter_sec.assign(static_cast<size_t>(opts_.iters), 0.0);
+  const bool group = opts_.agg_iters > 1;
   barrier(ctx_);
-  const auto t0 = std::chrono::steady_clock::now();
+  double coll_only = 0;  // -z 3: the iterations without their barriers
+  const auto t0 = Clock::now();
   for (int it = 0; it < opts_.iters; ++it) {
-    if (opts_.agg_iters > 1) PERF_NCCL(ncclGroupStart());
-    for (int a = 0; a < opts_.agg_iters; ++a) launch(c, ctx_, send, recv, count);
-    if (opts_.agg_iters > 1) PERF_NCCL(ncclGroupEnd());
-    if (opts_.blocking) barrier(ctx_);
+    const auto i0 = Clock::now();
+    if (group) PERF_NCCL(ncclGroupStart());
+    for (int a = 0; a < opts_.agg_iters; ++a) {
+      launch(c, ctx_, send, recv, count);
+      // -z 1: a barrier after each inner iteration; inside a group there is
+      // nothing to wait for until ncclGroupEnd, so it follows the group.
+      if (opts_.blocking == 1 && !group) barrier(ctx_);
+    }
+    if (group) PERF_NCCL(ncclGroupEnd());
+    if (opts_.blocking == 1 && group) barrier(ctx_);
+    // -z 2 (wait after each inner iteration, no barrier): every call on host
+    // memory has completed when it returns, so there is nothing more to do.
+    const double d = std::chrono::duration<double>(Clock::now() - i0).count();
+    coll_only += d;
+    if (opts_.per_iter) t.iter_sec[static_cast<size_t>(it)] = d / opts_.agg_iters;
+    if (opts_.blocking == 3) barrier(ctx_);
   }
-  const auto t1 = std::chrono::steady_clock::now();
-  double sec = std::chrono::duration<double>(t1 - t0).count() /
+  const double all = std::chrono::duration<double>(Clock::now() - t0).count();
+  double sec = (opts_.blocking == 3 ? coll_only : all) /
                (static_cast<double>(opts_.iters) * opts_.agg_iters);
-  if (ctx_.nranks == 1 || opts_.average == 0) return sec;
-  const ncclRedOp_t op = opts_.average == 2 ? ncclMin : opts_.average == 3 ? ncclMax : ncclSum;
-  cudaStream_t stream{};
-  PERF_NCCL(ncclAllReduce(&sec, &sec, 1, ncclFloat64, op, ctx_.comm, stream));
-  if (opts_.average == 1) sec /= ctx_.nranks;
-  return sec;
+  if (ctx_.nranks > 1 && opts_.average != 0) {
+    const ncclRedOp_t op = opts_.average == 2 ? ncclMin : opts_.average == 3 ? ncclMax : ncclSum;
+    cudaStream_t stream{};
+    PERF_NCCL(ncclAllReduce(&sec, &sec, 1, ncclFloat64, op, ctx_.comm, stream));
+    if (opts_.average == 1) sec /= ctx_.nranks;
+  }
+  t.sec = sec;
+  return t;
 }
 
-int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Counts& k) {
+void Runner::gatherIterations(const Timing& t, HalfResult* h) {
+  const size_t iters = t.iter_sec.size();
+  const int n = ctx_.nranks;
+  std::vector<double> all(iters * n);
+  if (n > 1) {
+    cudaStream_t stream{};
+    PERF_NCCL(ncclAllGather(t.iter_sec.data(), all.data(), iters, ncclFloat64, ctx_.comm, stream));
+  } else {
+    all = t.iter_sec;
+  }
+  if (ctx_.rank != 0) return;
+  h->iter_us.assign(iters, 0.0);
+  for (size_t i = 0; i < iters; ++i) {
+    double m = 0;
+    for (int r = 0; r < n; ++r) m = std::max(m, all[r * iters + i] * 1e6);
+    h->iter_us[i] = m;
+  }
+  if (n > 1) {
+    h->per_rank_us.assign(n, std::vector<double>(iters));
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < iters; ++i) h->per_rank_us[r][i] = all[r * iters + i] * 1e6;
+    }
+  }
+  const size_t skip = std::min<size_t>(static_cast<size_t>(opts_.per_iter_skip), iters);
+  iterStats(std::vector<double>(h->iter_us.begin() + skip, h->iter_us.end()), h);
+}
+
+int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Counts& k, int rep) {
   const TypeInfo& t = *c.type;
   const int n = ctx_.nranks;
   const int rank = ctx_.rank;
   const Coll coll = c.coll->coll;
   const bool red = isReduction(coll);
   uint64_t seed = mix64(size * 131 + (in_place ? 7 : 0) + static_cast<uint64_t>(t.type) * 1009 +
-                        static_cast<uint64_t>(c.op) * 10007 + static_cast<uint64_t>(c.root + 1));
+                        static_cast<uint64_t>(c.op) * 10007 + static_cast<uint64_t>(c.root + 1) +
+                        (static_cast<uint64_t>(rep) << 32));
   Pattern p(t, c.op, n, seed);
   // Inputs and results live in the host buffers; with --mem device the
   // operation runs on the device buffers, uploaded before and downloaded after.
@@ -810,6 +1150,24 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
     case Coll::kSendRecv:
       for (size_t j = 0; j < cnt; ++j) checkRaw(j, prev, j);
       break;
+    case Coll::kHyperCube:
+      for (size_t j = 0; j < cnt * n; ++j) checkRaw(j, static_cast<int>(j / cnt), j % cnt);
+      break;
+    case Coll::kAllToAllv: {
+      // From each source in rank order, its segment for this rank: the part
+      // of its send buffer after the segments for the ranks before this one.
+      const size_t total = cnt * n * t.size;
+      size_t at = 0;
+      for (int src = 0; src < n; ++src) {
+        const size_t seg = alltoallvPeerBytes(src, rank, n, total, spread_) / t.size;
+        size_t from = 0;
+        for (int before = 0; before < rank; ++before)
+          from += alltoallvPeerBytes(src, before, n, total, spread_) / t.size;
+        for (size_t e = 0; e < seg; ++e) checkRaw(at + e, src, from + e);
+        at += seg;
+      }
+      break;
+    }
   }
   if (c.z != nullptr && n > 1) {
     // Compressed results must be bit-identical on every rank: one more wrong
@@ -835,10 +1193,15 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
   return wrong;
 }
 
-void Runner::warmup(const Case& c, size_t size) {
-  const Counts k = countsFor(c.coll->coll, size / elem_, ctx_.nranks);
-  for (int i = 0; i < opts_.warmup_iters; ++i) {
-    launch(c, ctx_, sendPtr(false, k), recvPtr(false, k), k.param);
+void Runner::warmup(const Case& c) {
+  if (opts_.warmup_iters <= 0) return;
+  for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
+    const Counts k = counts(c, size);
+    for (int i = 0; i < opts_.warmup_iters; ++i) {
+      launch(c, ctx_, sendPtr(false, k), recvPtr(false, k), k.param);
+    }
+    if (size > opts_.max_bytes / 2) break;
+    size = size == 0 ? 1 : size * 2;
   }
 }
 
@@ -900,74 +1263,114 @@ void Runner::download(char* host, size_t off, size_t bytes) {
 int Runner::allocDeviceBuffers() {
   void* s = nullptr;
   void* r = nullptr;
-  ncclResult_t res = ncclMemAlloc(&s, buf_.bytes);
+  ncclResult_t res = ncclMemAlloc(&s, buf_.alloc_bytes);
   if (res == ncclSuccess) {
-    buf_.dev_send = static_cast<char*>(s);
-    res = ncclMemAlloc(&r, buf_.bytes);
-    buf_.dev_recv = static_cast<char*>(r);
+    buf_.dev_send_alloc = static_cast<char*>(s);
+    res = ncclMemAlloc(&r, buf_.alloc_bytes);
+    buf_.dev_recv_alloc = static_cast<char*>(r);
   }
   if (res != ncclSuccess) {
     const char* last = ncclGetLastError(nullptr);
     std::fprintf(stderr,
                  "tutti-perf: rank %d: --mem device: ncclMemAlloc of %zu bytes failed: %s%s%s\n",
-                 ctx_.rank, buf_.bytes, ncclGetErrorString(res), (last && *last) ? ": " : "",
+                 ctx_.rank, buf_.alloc_bytes, ncclGetErrorString(res), (last && *last) ? ": " : "",
                  last ? last : "");
     return kExitError;
   }
   // Start from the same (zeroed) contents as the host buffers.
-  upload(buf_.send, 0, buf_.bytes);
-  upload(buf_.recv, 0, buf_.bytes);
+  copyOrFail(buf_.dev_send_alloc, buf_.send_alloc, buf_.alloc_bytes);
+  copyOrFail(buf_.dev_recv_alloc, buf_.recv_alloc, buf_.alloc_bytes);
+  buf_.shift(0);
   return kExitOk;
 }
 
-void Runner::printWireRatio(const CompressCall& z, size_t bytes) {
+double Runner::wireRatio(const CompressCall& z, size_t bytes, std::string* note) {
 #ifdef TUTTI_PERF_HAVE_TUTTI_H
   tuttiCompressionStats_t st{};
   st.size = sizeof(st);
   ncclResult_t res = api_.getStats(static_cast<tuttiCompressor_t>(z.compressor), &st);
   if (res != ncclSuccess) ncclFailed("tuttiCompressorGetStats", res);
-  // Summed over the ranks: 1-bit's servers send more than the other ranks.
+  // Summed over the ranks: onebit's servers send more than the other ranks.
   uint64_t sums[2] = {st.payloadBytes, st.wireBytesSent};
   if (ctx_.nranks > 1) {
     cudaStream_t stream{};
     PERF_NCCL(ncclAllReduce(sums, sums, 2, ncclUint64, ncclSum, ctx_.comm, stream));
   }
-  if (ctx_.rank != 0) return;
-  if (sums[1] > 0) {
-    std::printf("  %7.2f\n", static_cast<double>(sums[0]) / static_cast<double>(sums[1]));
-  } else {
-    std::printf("  %7s\n", "-");  // nothing sent: one rank, or size 0
-  }
-  if (st.exactCalls > 0 && bytes > 0 && opts_.compress != Compress::kNone) {
-    std::printf("# %zu bytes: %llu of %llu %s calls ran exact", bytes, st.exactCalls, st.calls,
-                compressName(opts_.compress));
+  if (ctx_.rank == 0 && st.exactCalls > 0 && bytes > 0 && opts_.compress != Compress::kNone) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "# %zu bytes: %llu of %llu %s calls ran exact", bytes,
+                  st.exactCalls, st.calls, compressName(opts_.compress));
+    *note = buf;
     if (opts_.compress == Compress::kPowerSGD) {
-      std::printf(" (PowerSGD %zu x %zu at rank %d: too small to compress)", z.rows, z.cols,
-                  opts_.powersgd_rank);
+      std::snprintf(buf, sizeof(buf), " (PowerSGD %zu x %zu at rank %d: too small to compress)",
+                    z.rows, z.cols, opts_.powersgd_rank);
+      *note += buf;
     }
-    std::printf("\n");
   }
+  // nothing sent: one rank, or size 0
+  return sums[1] > 0 ? static_cast<double>(sums[0]) / static_cast<double>(sums[1]) : -1;
 #else
   (void)z;
   (void)bytes;
+  (void)note;
+  return -1;
 #endif
+}
+
+void Runner::printRow(const Case& c, size_t bytes, const Counts& k, const HalfResult half[2],
+                      const std::string& wire, const std::string& stamp) {
+  std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, k.param, c.type->name, opName(c.op),
+              c.coll->has_root ? c.root : -1);
+  for (int ip = 0; ip < 2; ++ip) {
+    const HalfResult& h = half[ip];
+    std::printf("  %7s  %6s  %6s", fmtNum(h.time_us, 7).c_str(), fmtNum(h.algbw, 6).c_str(),
+                fmtNum(h.busbw, 6).c_str());
+    if (h.checked) {
+      std::printf("  %5lld", static_cast<long long>(h.wrong));
+    } else {
+      std::printf("  %5s", "N/A");
+    }
+    if (opts_.per_iter) {
+      std::printf("  %7s  %7s  %7s  %7s", fmtNum(h.i_min, 7).c_str(), fmtNum(h.i_max, 7).c_str(),
+                  fmtNum(h.i_p99, 7).c_str(), fmtNum(h.i_cv, 7).c_str());
+    }
+  }
+  std::printf("%s", wire.c_str());
+  if (!stamp.empty()) std::printf("  %19s", stamp.c_str());
+  std::printf("\n");
+}
+
+void Runner::progress(size_t bytes, const Case& c) {
+  ++rows_done_;
+  if (progress_mode_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double since_start = std::chrono::duration<double>(now - progress_start_).count();
+  const double since_last = std::chrono::duration<double>(now - progress_last_).count();
+  // Mode 1: nothing for the first 5 s, then a line every 5 s.
+  if (progress_mode_ == 1 && (since_start < 5 || since_last < 5)) return;
+  progress_last_ = now;
+  char total[32] = "?";  // -N 0 runs forever
+  if (rows_total_ > 0) std::snprintf(total, sizeof(total), "%ld", rows_total_);
+  std::fprintf(stderr, "tutti-perf: size %ld of %s done (%zu bytes, %s %s), %.1f s elapsed\n",
+               rows_done_, total, bytes, c.type->name, opName(c.op), since_start);
+  std::fflush(stderr);
 }
 
 void Runner::runCase(const Case& c0) {
   // With --compress each size warms up its own compressor instead (below).
-  if (!compress_) {
-    warmup(c0, opts_.max_bytes);
-    warmup(c0, opts_.min_bytes);
-  }
+  if (!compress_) warmup(c0);
   const bool print = ctx_.rank == 0;
-  const double factor = busFactor(c0.coll->coll, ctx_.nranks);
+  const int n = ctx_.nranks;
+  const Coll coll = c0.coll->coll;
+  const double factor = busFactor(coll, n);
   // ncclAlltoAll and send/recv with sendbuff == recvbuff are timed like
-  // nccl-tests does, but NCCL does not define their result: not validated.
+  // nccl-tests does, but NCCL does not define their result, and nccl-tests
+  // does not check alltoallv in place: not validated.
   const bool in_place_defined =
-      c0.coll->coll != Coll::kAllToAll && c0.coll->coll != Coll::kSendRecv;
+      coll != Coll::kAllToAll && coll != Coll::kSendRecv && coll != Coll::kAllToAllv;
   for (long cycle = 0; opts_.run_cycles == 0 || cycle < opts_.run_cycles; ++cycle) {
     for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
-      const Counts k = countsFor(c0.coll->coll, size / elem_, ctx_.nranks);
+      const Counts k = counts(c0, size);
       const size_t bytes = std::max(k.send, k.recv) * elem_;
       Case c = c0;
       CompressCall z;
@@ -981,41 +1384,49 @@ void Runner::runCase(const Case& c0) {
           launch(c, ctx_, sendPtr(false, k), recvPtr(false, k), k.param);
         }
       }
-      if (print) {
-        std::printf("%12zu  %12zu  %8s  %6s  %6d", bytes, k.param, c.type->name, opName(c.op),
-                    c.coll->has_root ? c.root : -1);
-      }
+      HalfResult half[2];
       for (int ip = 0; ip < 2; ++ip) {
         const bool in_place = ip == 1;
         const void* send = sendPtr(in_place, k);
         void* recv = recvPtr(in_place, k);
         if (compress_) prepareCompressedData(in_place, k);
-        const double sec = timeOps(c, send, recv, k.param);
-        const double algbw = sec > 0 ? static_cast<double>(bytes) / sec / 1e9 : 0;
-        const double busbw = algbw * factor;
-        const bool check = opts_.check && (!in_place || in_place_defined);
-        int64_t wrong = 0;
-        if (check) wrong = checkOnce(c, size, in_place, k);
-        if (wrong > 0) ++failed_results_;
-        bw_sum_ += busbw;
-        ++bw_count_;
-        if (print) {
-          std::printf("  %7s  %6s  %6s", fmtNum(sec * 1e6, 7).c_str(), fmtNum(algbw, 6).c_str(),
-                      fmtNum(busbw, 6).c_str());
-          if (check) {
-            std::printf("  %5lld", static_cast<long long>(wrong));
-          } else {
-            std::printf("  %5s", "N/A");
-          }
+        const Timing t = timeOps(c, send, recv, k.param);
+        HalfResult& h = half[ip];
+        h.time_us = t.sec * 1e6;
+        h.algbw = t.sec > 0 ? algBytes(coll, k, elem_, n) / t.sec / 1e9 : 0;
+        h.busbw = h.algbw * factor;
+        if (opts_.per_iter) gatherIterations(t, &h);
+        // -c N: N checked calls, each on fresh data; the first with wrong
+        // elements ends them (nccl-tests).
+        h.checked = opts_.check > 0 && (!in_place || in_place_defined);
+        for (int r = 0; h.checked && r < opts_.check; ++r) {
+          h.wrong = checkOnce(c, size, in_place, k, rep_++);
+          if (h.wrong > 0) break;
         }
+        if (h.wrong > 0) ++failed_results_;
+        bw_sum_ += h.busbw;
+        ++bw_count_;
       }
+      std::string wire, note;
+      double ratio = -1;
       if (compress_) {
-        printWireRatio(z, bytes);
+        ratio = wireRatio(z, bytes, &note);
         destroyCompressor(&z);
-      } else if (print) {
-        std::printf("\n");
+        char buf[32];
+        if (ratio >= 0) {
+          std::snprintf(buf, sizeof(buf), "  %7.2f", ratio);
+        } else {
+          std::snprintf(buf, sizeof(buf), "  %7s", "-");
+        }
+        wire = buf;
       }
-      if (print) std::fflush(stdout);
+      if (print) {
+        printRow(c, bytes, k, half, wire, opts_.report_timestamps ? nowString() : "");
+        if (!note.empty()) std::printf("%s\n", note.c_str());
+        std::fflush(stdout);
+        jsonRow(c, bytes, k, half, ratio);
+        progress(bytes, c);
+      }
       size_t next;
       if (opts_.step_factor > 1) {
         next = size == 0 ? 1 : size * opts_.step_factor;
@@ -1028,8 +1439,223 @@ void Runner::runCase(const Case& c0) {
   }
 }
 
+void Runner::registerBuffers() {
+  if (opts_.local_register == 0) return;
+  char* s = device_ ? buf_.dev_send_alloc : buf_.send_alloc;
+  char* r = device_ ? buf_.dev_recv_alloc : buf_.recv_alloc;
+  const size_t bytes = buf_.alloc_bytes;
+  char what[160];
+  std::snprintf(what, sizeof(what), "the send and receive buffers, %zu bytes each", bytes);
+  if (opts_.local_register == 2) {
+    ncclResult_t res =
+        ncclCommWindowRegister(ctx_.comm, s, bytes, &win_send_, NCCL_WIN_COLL_SYMMETRIC);
+    if (res == ncclSuccess) {
+      PERF_NCCL(ncclCommWindowRegister(ctx_.comm, r, bytes, &win_recv_, NCCL_WIN_COLL_SYMMETRIC));
+      reg_note_ = std::string("symmetric (-R 2): ncclCommWindowRegister on ") + what;
+      return;
+    }
+    // As nccl-tests does where symmetric registration is unavailable (NCCL
+    // before 2.27): local registration instead, and say why.
+    win_send_ = nullptr;
+    const char* last = ncclGetLastError(ctx_.comm);
+    reg_note_ = std::string(
+                    "-R 2 asked for symmetric registration, but ncclCommWindowRegister "
+                    "failed (") +
+                ncclGetErrorString(res) + ((last && *last) ? std::string(": ") + last : "") +
+                "); using local registration (ncclCommRegister) on " + what;
+  }
+  PERF_NCCL(ncclCommRegister(ctx_.comm, s, bytes, &reg_send_));
+  PERF_NCCL(ncclCommRegister(ctx_.comm, r, bytes, &reg_recv_));
+  if (reg_note_.empty()) reg_note_ = std::string("local (-R 1): ncclCommRegister on ") + what;
+}
+
+void Runner::deregisterBuffers() {
+  if (win_send_ != nullptr) PERF_NCCL(ncclCommWindowDeregister(ctx_.comm, win_send_));
+  if (win_recv_ != nullptr) PERF_NCCL(ncclCommWindowDeregister(ctx_.comm, win_recv_));
+  if (reg_send_ != nullptr) PERF_NCCL(ncclCommDeregister(ctx_.comm, reg_send_));
+  if (reg_recv_ != nullptr) PERF_NCCL(ncclCommDeregister(ctx_.comm, reg_recv_));
+  win_send_ = win_recv_ = nullptr;
+  reg_send_ = reg_recv_ = nullptr;
+}
+
+// ---- -J: nccl-tests' JSON document (version 3) ---------------------------------
+//
+// The keys and value types follow nccl-tests 2.19 (including its booleans
+// written as the strings "true"/"false" and the root as a "%6i" string), so
+// that its tools read tutti-perf's files; "tutti_perf" is tutti's own.
+
+std::string g_json_written;  // the file rank 0 wrote (for --plot under a launcher)
+
+bool Runner::openJson() {
+#ifdef TUTTI_PERF_HAVE_JSON
+  if (opts_.json_path.empty()) return true;
+  std::string path = opts_.json_file;
+  if (path.empty()) {  // under a launcher: rank 0 picks the file now
+    std::string error;
+    if (!createJsonFile(opts_.json_path, &path, &error)) {
+      std::fprintf(stderr, "tutti-perf: -J/--output_file: %s\n", error.c_str());
+      return false;
+    }
+    std::printf("# Writing JSON output to %s\n", path.c_str());
+  }
+  json_fp_ = std::fopen(path.c_str(), "w");
+  if (json_fp_ == nullptr) {
+    std::fprintf(stderr, "tutti-perf: -J/--output_file: cannot write %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  g_json_written = path;
+  using nlohmann::ordered_json;
+  auto flag = [](bool b) { return b ? "true" : "false"; };
+  int lib = 0;
+  ncclGetVersion(&lib);
+  json_["version"] = 3;
+  json_["start_time"] = nowString();
+  json_["args"] = opts_.args;
+  ordered_json env = ordered_json::array();
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.push_back(*e);
+  json_["env"] = env;
+  json_["nccl_version"] = lib;
+  ordered_json cfg;
+  cfg["nthreads"] = 1;
+  cfg["ngpus"] = 1;
+  cfg["minimum_bytes"] = opts_.min_bytes;
+  cfg["maximum_bytes"] = opts_.max_bytes;
+  if (opts_.step_factor > 1) {
+    cfg["step_factor"] = opts_.step_factor;
+  } else {
+    cfg["step_bytes"] = opts_.step_bytes;
+  }
+  cfg["warmup_iters"] = opts_.warmup_iters;
+  cfg["iterations"] = opts_.iters;
+  cfg["aggregated_iterations"] = opts_.agg_iters;
+  cfg["validation"] = opts_.check;
+  cfg["graph"] = 0;
+  cfg["blocking_collectives"] = flag(opts_.blocking != 0);
+  cfg["per_iter_timing"] = flag(opts_.per_iter != 0);
+  cfg["per_iter_skip"] = opts_.per_iter_skip;
+  cfg["parallel_init"] = flag(true);  // one process per rank: always parallel
+  cfg["devices"] = ordered_json::array();
+  json_["config"] = cfg;
+  json_["tutti_perf"] = {{"collective", opts_.coll->name},
+                         {"nranks", ctx_.nranks},
+                         {"mem", memName(opts_.mem)},
+                         {"compress", compressName(opts_.compress)},
+                         {"blocking", opts_.blocking},
+                         {"unalign", opts_.unalign},
+                         {"local_register", opts_.local_register}};
+  json_["results"] = ordered_json::array();
+#endif
+  return true;
+}
+
+void Runner::jsonRow(const Case& c, size_t bytes, const Counts& k, const HalfResult half[2],
+                     double wire) {
+#ifdef TUTTI_PERF_HAVE_JSON
+  if (json_fp_ == nullptr) return;
+  using nlohmann::ordered_json;
+  ordered_json row;
+  char root[16];
+  std::snprintf(root, sizeof(root), "%6i", c.coll->has_root ? c.root : -1);
+  row["size"] = bytes;
+  row["count"] = k.param;
+  row["type"] = c.type->name;
+  row["redop"] = opName(c.op);
+  row["root"] = root;
+  for (int ip = 0; ip < 2; ++ip) {
+    const HalfResult& h = half[ip];
+    ordered_json body;
+    body[opts_.report_cputime ? "cpu_time" : "time"] = h.time_us;
+    body["alg_bw"] = h.algbw;
+    body["bus_bw"] = h.busbw;
+    body["nwrong"] = h.checked ? ordered_json(static_cast<double>(h.wrong)) : ordered_json();
+    row[ip == 0 ? "out_of_place" : "in_place"] = body;
+    if (h.has_iter) {
+      ordered_json it;
+      it["skipped_iterations"] = opts_.per_iter_skip;
+      it["min_us"] = h.i_min;
+      it["max_us"] = h.i_max;
+      it["avg_us"] = h.i_avg;
+      it["p50_us"] = h.i_p50;
+      it["p95_us"] = h.i_p95;
+      it["p99_us"] = h.i_p99;
+      it["stdev_us"] = h.i_stdev;
+      it["cv_pct"] = h.i_cv;
+      it["times_us"] = h.iter_us;
+      if (!h.per_rank_us.empty()) it["per_process_max_times_us"] = h.per_rank_us;
+      row[ip == 0 ? "out_of_place_per_iter" : "in_place_per_iter"] = it;
+    }
+  }
+  if (compress_) row["wire_ratio"] = wire >= 0 ? ordered_json(wire) : ordered_json();
+  row["actual_iterations"] = opts_.iters;
+  row["experiment_name"] = "";
+  json_["results"].push_back(row);
+#else
+  (void)c;
+  (void)bytes;
+  (void)k;
+  (void)half;
+  (void)wire;
+#endif
+}
+
+void Runner::finishJson(double avg_bw, double min_bw) {
+#ifdef TUTTI_PERF_HAVE_JSON
+  if (json_fp_ == nullptr) return;
+  using nlohmann::ordered_json;
+  json_["out_of_bounds"] = {{"count", failed_results_},
+                            {"okay", failed_results_ == 0 ? "true" : "false"}};
+  ordered_json bw;
+  bw["bandwidth"] = avg_bw;
+  if (min_bw < 0) {
+    bw["okay"] = "unchecked";
+  } else {
+    bw["okay"] = avg_bw >= 0.9 * min_bw ? "true" : "false";
+  }
+  json_["average_bus_bandwidth"] = bw;
+  ordered_json errors = ordered_json::array();
+  const char* last = ncclGetLastError(nullptr);
+  if (last != nullptr && *last != '\0') errors.push_back(last);
+  json_["errors"] = errors;
+  json_["end_time"] = nowString();
+  // Non-finite numbers (none are expected) become null rather than invalid JSON.
+  const std::string text = json_.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  const bool ok = std::fputs(text.c_str(), json_fp_) >= 0 && std::fputc('\n', json_fp_) != EOF;
+  if (std::fclose(json_fp_) != 0 || !ok) {
+    std::fprintf(stderr, "tutti-perf: -J/--output_file: writing %s failed: %s\n",
+                 g_json_written.c_str(), std::strerror(errno));
+  }
+  json_fp_ = nullptr;
+#else
+  (void)avg_bw;
+  (void)min_bw;
+#endif
+}
+
 int Runner::run() {
   const int n = ctx_.nranks;
+  rss_after_init_ = residentNow();
+  if (opts_.coll->coll == Coll::kHyperCube && (n & (n - 1)) != 0) {
+    if (ctx_.rank == 0) {
+      std::fprintf(stderr,
+                   "tutti-perf: hypercube needs a power-of-two number of ranks; there are %d\n", n);
+    }
+    return kExitUsage;
+  }
+  if (const char* sp = std::getenv("NCCL_TESTS_ALLTOALLV_SPREAD")) {
+    // nccl-tests: a number, clamped to [0, 1]; anything else keeps 1.
+    char* end = nullptr;
+    errno = 0;
+    const double v = std::strtod(sp, &end);
+    if (end != sp && *end == '\0' && errno != ERANGE) spread_ = std::min(1.0, std::max(0.0, v));
+  }
+  // -J: rank 0 opens its file; every rank stops if it cannot.
+  int json_ok = ctx_.rank == 0 ? (openJson() ? 1 : 0) : 1;
+  if (n > 1 && (!opts_.json_path.empty() || !opts_.plot_path.empty())) {
+    cudaStream_t stream{};
+    PERF_NCCL(ncclBroadcast(&json_ok, &json_ok, 1, ncclInt32, 0, ctx_.comm, stream));
+  }
+  if (!json_ok) return kExitUsage;
   if (device_) {
     std::string error;
     if (!loadMemApi(&mem_, &error)) {
@@ -1081,25 +1707,62 @@ int Runner::run() {
     }
   }
 
+  // -u N shifts the buffers by N elements of up to 8 bytes: allocated that
+  // much larger, as nccl-tests does.
   buf_.bytes = (std::max<size_t>(opts_.max_bytes, 64) + 4095) / 4096 * 4096;
-  if (posix_memalign(reinterpret_cast<void**>(&buf_.send), 4096, buf_.bytes) != 0 ||
-      posix_memalign(reinterpret_cast<void**>(&buf_.recv), 4096, buf_.bytes) != 0) {
+  buf_.alloc_bytes = buf_.bytes + 8 * static_cast<size_t>(opts_.unalign);
+  if (posix_memalign(reinterpret_cast<void**>(&buf_.send_alloc), 4096, buf_.alloc_bytes) != 0 ||
+      posix_memalign(reinterpret_cast<void**>(&buf_.recv_alloc), 4096, buf_.alloc_bytes) != 0) {
     std::fprintf(stderr, "tutti-perf: rank %d: cannot allocate 2 x %zu bytes of buffers\n",
-                 ctx_.rank, buf_.bytes);
+                 ctx_.rank, buf_.alloc_bytes);
     return kExitError;
   }
-  std::memset(buf_.send, 0, buf_.bytes);
-  std::memset(buf_.recv, 0, buf_.bytes);
+  std::memset(buf_.send_alloc, 0, buf_.alloc_bytes);
+  std::memset(buf_.recv_alloc, 0, buf_.alloc_bytes);
+  buf_.shift(0);
   if (device_) {
     const int rc = allocDeviceBuffers();
     if (rc != kExitOk) return rc;
+  }
+  registerBuffers();
+  rss_after_buffers_ = residentNow();
+
+  // Progress on stderr (rank 0): TUTTI_PERF_PROGRESS=1 every row, =0 never;
+  // by default every row on a terminal when there are 8 rows or more, and
+  // otherwise a line every 5 s once the run has taken 5 s.
+  if (ctx_.rank == 0) {
+    long sizes = 0;
+    for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
+      ++sizes;
+      const size_t next = opts_.step_factor > 1 ? (size == 0 ? 1 : size * opts_.step_factor)
+                                                : size + opts_.step_bytes;
+      if (next <= size) break;
+      size = next;
+    }
+    rows_total_ =
+        opts_.run_cycles == 0
+            ? 0
+            : sizes * static_cast<long>(opts_.types.size() * opts_.ops.size() * roots.size()) *
+                  opts_.run_cycles;
+    const char* env = std::getenv("TUTTI_PERF_PROGRESS");
+    if (env != nullptr && std::strcmp(env, "0") == 0) {
+      progress_mode_ = 0;
+    } else if (env != nullptr && std::strcmp(env, "1") == 0) {
+      progress_mode_ = 2;
+    } else {
+      progress_mode_ = isatty(STDERR_FILENO) && (rows_total_ == 0 || rows_total_ >= 8) ? 2 : 1;
+    }
+    progress_start_ = progress_last_ = std::chrono::steady_clock::now();
   }
 
   printHeader();
   for (const TypeInfo* t : opts_.types) {
     elem_ = t->size;
+    buf_.shift(static_cast<size_t>(opts_.unalign) * t->size);  // -u
     for (Op op : opts_.ops) {
       Case c{opts_.coll, t, op, builtinOp(op), 0};
+      c.spread = spread_;
+      if (device_) c.copy = mem_.memcpy;
       bool created = false;
       if (op == Op::kPreMulSum) {
         Pattern p(*t, op, n, 0);
@@ -1116,6 +1779,22 @@ int Runner::run() {
       if (created) PERF_NCCL(ncclRedOpDestroy(c.nccl_op, ctx_.comm));
     }
   }
+  buf_.shift(0);
+  deregisterBuffers();
+
+  // -M: host memory in nccl-tests' three parts, the largest over the ranks:
+  // what ncclCommInitRank added to the resident set, what the buffers (and
+  // their registration) added, and how far the run's peak went beyond that.
+  long long mem[3] = {0, 0, 0};
+  if (opts_.memory_report) {
+    mem[0] = std::max(0LL, rss_after_init_ - ctx_.rss_before_init);
+    mem[1] = std::max(0LL, rss_after_buffers_ - rss_after_init_);
+    mem[2] = std::max(0LL, residentPeak() - rss_after_buffers_);
+    if (n > 1) {
+      cudaStream_t stream{};
+      PERF_NCCL(ncclAllReduce(mem, mem, 3, ncclInt64, ncclMax, ctx_.comm, stream));
+    }
+  }
 
   const double avg_bw = bw_count_ ? bw_sum_ / bw_count_ : 0;
   const char* min_bw_env = std::getenv("NCCL_TESTS_MIN_BW");
@@ -1128,7 +1807,13 @@ int Runner::run() {
                 min_bw < 0 ? "" : (bw_failed ? "FAILED" : "OK"));
     std::printf("#\n");
     std::printf("# Collective test concluded: %s_perf\n", opts_.coll->name);
+    if (opts_.memory_report) {
+      std::printf("# %-20s : Initialization %s | User-Allocated %s | Collective %s | Total  %s\n",
+                  "Host memory usage", memString(mem[0]).c_str(), memString(mem[1]).c_str(),
+                  memString(mem[2]).c_str(), memString(mem[0] + mem[1] + mem[2]).c_str());
+    }
     std::fflush(stdout);
+    finishJson(avg_bw, min_bw);
   }
   return failed_results_ || bw_failed ? kExitWrongResults : kExitOk;
 }
@@ -1158,12 +1843,61 @@ void printPreamble(const Options& opts, int nranks) {
   const bool factor = opts.step_factor > 1;
   std::printf(
       "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-      "agg iters: %d validation: %d graph: 0\n",
+      "agg iters: %d validation: %d graph: 0 unalign: %d\n",
       opts.min_bytes, opts.max_bytes, factor ? opts.step_factor : opts.step_bytes,
-      factor ? "factor" : "bytes", opts.warmup_iters, opts.iters, opts.agg_iters, opts.check);
-  if (opts.blocking) {
-    std::printf("# Blocking Enabled: wait for completion and barrier after each collective\n");
+      factor ? "factor" : "bytes", opts.warmup_iters, opts.iters, opts.agg_iters, opts.check,
+      opts.unalign);
+  switch (opts.blocking) {
+    case 1:
+      std::printf("# Blocking Enabled: wait and barrier after each inner iteration (-m)\n");
+      break;
+    case 2:
+      std::printf(
+          "# Blocking Enabled: wait after each inner iteration (-m), no barrier (on host memory "
+          "every call has completed when it returns)\n");
+      break;
+    case 3:
+      std::printf(
+          "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes "
+          "barrier\n");
+      break;
+    default:
+      break;
   }
+  if (opts.per_iter) {
+    std::printf(
+        "# Per-Iteration Report: host wall-clock time of each iteration; i_* use the "
+        "maximum over ranks");
+    if (opts.per_iter_skip > 0) {
+      std::printf("; summary skips first %d iterations", opts.per_iter_skip);
+    }
+    std::printf("\n");
+  }
+  if (opts.parallel_init >= 0) {
+    std::printf(
+        "# Parallel Init Enabled: every rank is its own process and calls ncclCommInitRank "
+        "concurrently (always; -p %d changes nothing)\n",
+        opts.parallel_init);
+  }
+  if (opts.stream_null >= 0) {
+    std::printf(
+        "# NULL stream: every operation runs on the NULL stream, the only stream there is on "
+        "host memory (-y %d changes nothing)\n",
+        opts.stream_null);
+  }
+  if (opts.report_cputime) {
+    std::printf(
+        "# CPU time: cputime is the host time until the calls return, which on host memory is "
+        "when they have completed\n");
+  }
+  if (opts.coll->coll == Coll::kAllToAllv) {
+    const char* sp = std::getenv("NCCL_TESTS_ALLTOALLV_SPREAD");
+    std::printf(
+        "# alltoallv: generated distance-weighted pattern, NCCL_TESTS_ALLTOALLV_SPREAD=%s; size is "
+        "each rank's total, count the per-peer count of an even split\n",
+        sp != nullptr && *sp != '\0' ? sp : "1.0 (default)");
+  }
+  if (!opts.json_file.empty()) std::printf("# Writing JSON output to %s\n", opts.json_file.c_str());
   if (opts.mem == Mem::kDevice) {
     std::printf(
         "# Memory: %s: operations run on ncclMemAlloc'd memory of tutti's backend; inputs are "
@@ -1187,6 +1921,30 @@ int runBenchmark(const Options& opts, const RankContext& ctx) {
   g_ctx = ctx;
   Runner runner(opts, ctx);
   return runner.run();
+}
+
+long long residentBytes() { return residentNow(); }
+
+const std::string& jsonFileWritten() { return g_json_written; }
+
+bool createJsonFile(const std::string& path, std::string* created, std::string* error) {
+  // nccl-tests never overwrites: PATH, else PATH.0, PATH.1, ...
+  std::string tryPath = path;
+  for (int i = 0; i < 10000; ++i) {
+    const int fd = open(tryPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      close(fd);
+      *created = tryPath;
+      return true;
+    }
+    if (errno != EEXIST) {
+      *error = "cannot create " + tryPath + ": " + std::strerror(errno);
+      return false;
+    }
+    tryPath = path + "." + std::to_string(i);
+  }
+  *error = "cannot create " + path + ": it and " + path + ".0 to .9999 exist";
+  return false;
 }
 
 }  // namespace tutti::perf

@@ -22,6 +22,7 @@ struct RankContext {
   int nranks = 1;
   int local_rank = 0;
   ncclComm_t comm = nullptr;
+  long long rss_before_init = 0;  // residentBytes() before ncclCommInitRank (-M)
 };
 
 // Exit codes shared by the whole program.
@@ -40,5 +41,13 @@ void printPreamble(const Options& opts, int nranks);
 // Returns kExitOk, or kExitWrongResults when any result was wrong (or the
 // average bus bandwidth was under NCCL_TESTS_MIN_BW).
 int runBenchmark(const Options& opts, const RankContext& ctx);
+
+// This process's resident set size in bytes (0 when unknown).
+long long residentBytes();
+// -J: creates `path` exclusively, or path.0, path.1, ... when it exists (as
+// nccl-tests does); *created is the one made. False with *error set otherwise.
+bool createJsonFile(const std::string& path, std::string* created, std::string* error);
+// The JSON file rank 0 of this process wrote (empty if none).
+const std::string& jsonFileWritten();
 
 }  // namespace tutti::perf

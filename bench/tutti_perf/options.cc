@@ -30,7 +30,13 @@ const std::vector<CollInfo> kColls = {
     {Coll::kGather, "gather", false, true},
     {Coll::kScatter, "scatter", false, true},
     {Coll::kSendRecv, "sendrecv", false, false},
+    {Coll::kAllToAllv, "alltoallv", false, false},
+    {Coll::kHyperCube, "hypercube", false, false},
 };
+
+const char kCollList[] =
+    "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, gather, scatter, "
+    "sendrecv, alltoallv or hypercube";
 
 std::string squash(const std::string& s) {
   std::string out;
@@ -44,18 +50,19 @@ constexpr int kOptNp = 256;
 constexpr int kOptCompress = 257;
 constexpr int kOptPowerSgdRank = 258;
 constexpr int kOptMem = 259;
+constexpr int kOptPlot = 260;
 
 const struct {
   Compress kind;
   const char* name;
 } kCompressNames[] = {
-    {Compress::kNone, "none"},   {Compress::kFp16, "fp16"},         {Compress::kBf16, "bf16"},
-    {Compress::kOneBit, "1bit"}, {Compress::kPowerSGD, "powersgd"},
+    {Compress::kNone, "none"},     {Compress::kFp16, "fp16"},         {Compress::kBf16, "bf16"},
+    {Compress::kOneBit, "onebit"}, {Compress::kPowerSGD, "powersgd"},
 };
 
 bool parseCompress(const char* text, Compress* out) {
-  std::string key = squash(text);  // "1-bit", "1bit", "PowerSGD", "power_sgd"
-  if (key == "onebit") key = "1bit";
+  std::string key = squash(text);     // "one-bit", "1bit", "PowerSGD", "power_sgd"
+  if (key == "1bit") key = "onebit";  // the old spelling
   for (const auto& c : kCompressNames) {
     if (key == c.name) {
       *out = c.kind;
@@ -81,21 +88,33 @@ const option kLongOpts[] = {
     {"datatype", required_argument, nullptr, 'd'},
     {"root", required_argument, nullptr, 'r'},
     {"blocking", required_argument, nullptr, 'z'},
+    {"stream_null", required_argument, nullptr, 'y'},
     {"timeout", required_argument, nullptr, 'T'},
     {"cudagraph", required_argument, nullptr, 'G'},
     {"report_cputime", required_argument, nullptr, 'C'},
+    {"report_timestamps", required_argument, nullptr, 'S'},
+    {"output_file", required_argument, nullptr, 'J'},
     {"average", required_argument, nullptr, 'a'},
+    {"local_register", required_argument, nullptr, 'R'},
+    {"cta_policy", required_argument, nullptr, 'x'},
+    {"device_implementation", required_argument, nullptr, 'D'},
+    {"device_cta_count", required_argument, nullptr, 'V'},
+    {"memory", required_argument, nullptr, 'M'},
+    {"unalign", required_argument, nullptr, 'u'},
+    {"per_iter_timing", required_argument, nullptr, 'I'},
+    {"per_iter_skip", required_argument, nullptr, 'K'},
     {"run_cycles", required_argument, nullptr, 'N'},
     {"np", required_argument, nullptr, kOptNp},
     {"compress", required_argument, nullptr, kOptCompress},
     {"powersgd-rank", required_argument, nullptr, kOptPowerSgdRank},
     {"powersgd_rank", required_argument, nullptr, kOptPowerSgdRank},
     {"mem", required_argument, nullptr, kOptMem},
+    {"plot", required_argument, nullptr, kOptPlot},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
 };
 
-const char kShortOpts[] = ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:T:G:C:a:N:h";
+const char kShortOpts[] = ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:S:J:a:R:x:D:V:M:u:I:K:N:h";
 
 }  // namespace
 
@@ -110,6 +129,14 @@ const char* compressName(Compress c) {
 
 const char* memName(Mem m) { return m == Mem::kDevice ? "device" : "host"; }
 
+bool haveJson() {
+#ifdef TUTTI_PERF_HAVE_JSON
+  return true;
+#else
+  return false;
+#endif
+}
+
 const CollInfo* findColl(const std::string& name) {
   std::string key = squash(name);
   if (endsWith(key, "perf")) key.resize(key.size() - 4);
@@ -123,38 +150,57 @@ void printUsage(const char* prog) {
   std::printf(
       "usage: %s <collective> [flags]\n"
       "\n"
-      "nccl-tests compatible benchmark for tutti. Collectives: all_reduce, all_gather,\n"
-      "reduce_scatter, broadcast, reduce, alltoall, gather, scatter, sendrecv (the\n"
-      "nccl-tests binary names such as all_reduce_perf are accepted too).\n"
+      "nccl-tests (2.19) compatible benchmark for tutti. Collectives: all_reduce,\n"
+      "all_gather, reduce_scatter, broadcast, reduce, alltoall, gather, scatter, sendrecv,\n"
+      "alltoallv, hypercube (the nccl-tests binary names such as all_reduce_perf are\n"
+      "accepted too).\n"
       "\n"
       "  -b, --minbytes <size>       smallest size (default 32M); sizes take K, M, G suffixes\n"
       "  -e, --maxbytes <size>       largest size (default 32M)\n"
       "  -f, --stepfactor <n>        multiply the size by n each step (default 1: use -i)\n"
       "  -i, --stepbytes <size>      add this to the size each step (default 1M)\n"
       "  -n, --iters <n>             timed iterations per size (default 20)\n"
-      "  -w, --warmup_iters <n>      untimed warmup iterations (default 5)\n"
-      "  -m, --agg_iters <n>         operations per iteration, in one ncclGroupStart/End (default "
-      "1)\n"
-      "  -c, --check <0/1>           validate results (default 1)\n"
+      "  -w, --warmup_iters <n>      untimed iterations at every size from -b to -e, doubling\n"
+      "                              (default 1)\n"
+      "  -m, --agg_iters <n>         operations per iteration, in one ncclGroupStart/End "
+      "(default 1)\n"
+      "  -c, --check <n>             checked calls per result, each on fresh data; 0: none\n"
+      "                              (default 1)\n"
       "  -d, --datatype <type>       %s, or all (default float)\n"
-      "  -o, --op <op>               sum, prod, max, min, avg, premulsum, or all (default sum)\n"
+      "  -o, --op <op>               sum, prod, max, min, avg, mulsum (also premulsum), or all\n"
+      "                              (default sum)\n"
       "  -r, --root <rank>           root of broadcast/reduce/gather/scatter; -1: every rank "
       "(default 0)\n"
       "  -a, --average <0/1/2/3>     time across ranks: 0 rank 0, 1 average, 2 min, 3 max (default "
       "1)\n"
-      "  -z, --blocking <0/1>        barrier after each iteration (default 0)\n"
+      "  -z, --blocking <0/1/2/3>    1: barrier after each inner iteration (-m); 2: wait after\n"
+      "                              each, no barrier; 3: barrier after each outer iteration\n"
+      "                              (-n), not timed (default 0)\n"
+      "  -C, --report_cputime <0/1>  name the time column cputime (host: the same times)\n"
+      "  -I, --per_iter_timing <0/1> add i_min i_max i_p99 i_cv%% after each half (default 0)\n"
+      "  -K, --per_iter_skip <n>     leave the first n iterations out of the -I statistics\n"
+      "  -S, --report_timestamps <0/1> end every row with a timestamp (default 0)\n"
+      "  -J, --output_file <f.json>  also write the results as one JSON document (rank 0)\n"
+      "  -M, --memory <0/1>          report host memory use after the footer (default 0)\n"
+      "  -u, --unalign <n>           buffers start n elements past their allocation (default 0)\n"
+      "  -R, --local_register <0/1/2> register the buffers: 1 ncclCommRegister, 2\n"
+      "                              ncclCommWindowRegister (falls back to 1 where unsupported)\n"
+      "  -y, --stream_null <0/1>     accepted; every call uses the NULL stream on host memory\n"
+      "  -p, --parallel_init <0/1>   accepted; ranks always initialize in parallel\n"
       "  -N, --run_cycles <n>        repeat the size sweep n times, 0 forever (default 1)\n"
       "  -T, --timeout <seconds>     give up (exit 124) after this long, 0 never (default 0)\n"
       "  -t, --nthreads <n>          must be 1 (one rank per process; use --np)\n"
       "  -g, --ngpus <n>             must be 1 (one rank per process; use --np)\n"
-      "  -p, --parallel_init <0/1>   accepted; ranks always initialize in parallel\n"
-      "  -G, --cudagraph <n>         must be 0\n"
-      "  -C, --report_cputime <0/1>  accepted; times are host wall-clock times\n"
+      "  -G, --cudagraph <n>         accepted, not applicable here (no CUDA graphs)\n"
+      "  -x, --cta_policy <0/1/2>    accepted, not applicable here (no CTAs)\n"
+      "  -D, --device_implementation <n> must be 0 (no device API implementations)\n"
+      "  -V, --device_cta_count <n>  accepted, not applicable here (no CTAs)\n"
       "      --np <n>                ranks to start on this host when not under a launcher "
       "(default 2)\n"
+      "      --plot <file.png>       after the run, draw busbw against size (needs matplotlib)\n"
       "      --compress <kind>       all_reduce through tuttiAllReduceCompressed: none, fp16, "
       "bf16,\n"
-      "                              1bit or powersgd (float, sum/avg only; tutti only)\n"
+      "                              onebit or powersgd (float, sum/avg only; tutti only)\n"
       "      --powersgd-rank <r>     PowerSGD rank (default 4)\n"
       "      --mem <host|device>     buffers the operations run on (default host). device:\n"
       "                              ncclMemAlloc'd memory of tutti's backend\n"
@@ -175,6 +221,9 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
   bool step_factor_set = false;
   bool step_bytes_set = false;
   bool powersgd_rank_set = false;
+  bool per_iter_skip_set = false;
+  opts->args.assign(argv, argv + argc);
+  opts->notes.clear();
   opterr = 0;
   optind = 1;
   int c;
@@ -183,6 +232,12 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
     std::fprintf(stderr, "%s: invalid value '%s' for %s: expected %s\n", prog, value,
                  flagName(key, kLongOpts).c_str(), expected);
     return ParseResult::kError;
+  };
+  // A flag accepted for nccl-tests' sake that means nothing on host memory:
+  // rank 0 prints the note on stderr.
+  auto notApplicable = [&](int key, const char* value, const char* why) {
+    opts->notes.push_back(flagName(key, kLongOpts) + " " + value +
+                          " accepted, not applicable here: " + why);
   };
   while ((c = getopt_long(argc, argv, kShortOpts, kLongOpts, &longindex)) != -1) {
     long v = 0;
@@ -232,15 +287,76 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         opts->agg_iters = static_cast<int>(v);
         break;
       case 'p':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->parallel_init = static_cast<int>(v);
+        break;
+      case 'y':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->stream_null = static_cast<int>(v);
+        break;
       case 'C':
         if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->report_cputime = static_cast<int>(v);
+        break;
+      case 'S':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->report_timestamps = static_cast<int>(v);
+        break;
+      case 'I':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->per_iter = static_cast<int>(v);
+        break;
+      case 'K':
+        if (!parseLong(optarg, 0, 1L << 30, &v)) return bad(c, optarg, "an integer >= 0");
+        opts->per_iter_skip = static_cast<int>(v);
+        per_iter_skip_set = true;
+        break;
+      case 'M':
+        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        opts->memory_report = static_cast<int>(v);
+        break;
+      case 'u':
+        if (!parseLong(optarg, 0, 1 << 20, &v))
+          return bad(c, optarg, "an element count from 0 to 1048576");
+        opts->unalign = static_cast<int>(v);
+        break;
+      case 'R':
+        if (!parseLong(optarg, 0, 2, &v))
+          return bad(c, optarg, "0 (none), 1 (local) or 2 (symmetric)");
+        opts->local_register = static_cast<int>(v);
+        break;
+      case 'J':
+        if (*optarg == '\0') return bad(c, optarg, "a file name ending in .json");
+        opts->json_path = optarg;
+        break;
+      case kOptPlot:
+        if (*optarg == '\0') return bad(c, optarg, "an image file name such as busbw.png");
+        opts->plot_path = optarg;
+        break;
+      case 'x':
+        if (!parseLong(optarg, 0, 2, &v)) return bad(c, optarg, "0, 1 or 2");
+        notApplicable(c, optarg, "tutti has no CTAs on host memory");
+        break;
+      case 'V':
+        if (!parseLong(optarg, 1, 128, &v)) return bad(c, optarg, "an integer from 1 to 128");
+        notApplicable(c, optarg, "tutti has no device API implementations, hence no CTAs");
+        break;
+      case 'D':
+        if (!parseLong(optarg, 0, 1 << 20, &v)) return bad(c, optarg, "0");
+        if (v != 0) {
+          std::fprintf(stderr,
+                       "%s: -D/--device_implementation %ld is not supported: tutti has no device "
+                       "API implementations; use -D 0 (NCCL's host API)\n",
+                       prog, v);
+          return ParseResult::kError;
+        }
         break;
       case 'c':
-        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        if (!parseLong(optarg, 0, 1L << 20, &v)) return bad(c, optarg, "a check count >= 0");
         opts->check = static_cast<int>(v);
         break;
       case 'z':
-        if (!parseLong(optarg, 0, 1, &v)) return bad(c, optarg, "0 or 1");
+        if (!parseLong(optarg, 0, 3, &v)) return bad(c, optarg, "0, 1, 2 or 3");
         opts->blocking = static_cast<int>(v);
         break;
       case 'a':
@@ -263,12 +379,11 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         opts->timeout_s = static_cast<int>(v);
         break;
       case 'G':
-        if (!parseLong(optarg, 0, 1 << 20, &v)) return bad(c, optarg, "0");
+        if (!parseLong(optarg, 0, 1 << 20, &v)) return bad(c, optarg, "an integer >= 0");
         if (v != 0) {
-          std::fprintf(stderr,
-                       "%s: -G/--cudagraph %ld is not supported: tutti-perf has no graphs\n", prog,
-                       v);
-          return ParseResult::kError;
+          notApplicable(c, optarg,
+                        "there are no CUDA graphs on host memory; every call is launched "
+                        "directly (the reported time per call means the same)");
         }
         break;
       case kOptNp:
@@ -278,7 +393,7 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         break;
       case kOptCompress:
         if (!parseCompress(optarg, &opts->compress))
-          return bad(c, optarg, "none, fp16, bf16, 1bit or powersgd");
+          return bad(c, optarg, "none, fp16, bf16, onebit or powersgd");
         break;
       case kOptMem:
         if (std::strcmp(optarg, "host") == 0) {
@@ -315,7 +430,7 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
         } else if (parseOp(optarg, &op)) {
           opts->ops.push_back(op);
         } else {
-          return bad(c, optarg, "sum, prod, max, min, avg, premulsum or all");
+          return bad(c, optarg, "sum, prod, max, min, avg, mulsum or all");
         }
         break;
       }
@@ -344,10 +459,8 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
   if (optind < argc) {
     opts->coll = findColl(argv[optind]);
     if (opts->coll == nullptr) {
-      std::fprintf(stderr,
-                   "%s: unknown collective '%s': expected all_reduce, all_gather, reduce_scatter, "
-                   "broadcast, reduce, alltoall, gather, scatter or sendrecv\n",
-                   prog, argv[optind]);
+      std::fprintf(stderr, "%s: unknown collective '%s': expected %s\n", prog, argv[optind],
+                   kCollList);
       return ParseResult::kError;
     }
     if (optind + 1 < argc) {
@@ -404,6 +517,56 @@ ParseResult parseOptions(int argc, char** argv, Options* opts) {
                    "%s: --compress %s cannot be combined with -m/--agg_iters %d: "
                    "tuttiAllReduceCompressed is not allowed inside ncclGroupStart/End\n",
                    prog, kind, opts->agg_iters);
+      return ParseResult::kError;
+    }
+  }
+  if (per_iter_skip_set && (opts->per_iter_skip < 0 || opts->per_iter_skip >= opts->iters)) {
+    std::fprintf(stderr,
+                 "%s: -K/--per_iter_skip %d leaves no iteration for the statistics: expected 0 "
+                 "to %d (-n/--iters %d)\n",
+                 prog, opts->per_iter_skip, opts->iters - 1, opts->iters);
+    return ParseResult::kError;
+  }
+  if (opts->per_iter_skip > 0 && !opts->per_iter) {
+    // nccl-tests disables it too; say so instead of dropping it silently.
+    opts->notes.push_back("-K/--per_iter_skip " + std::to_string(opts->per_iter_skip) +
+                          " ignored: it applies to -I/--per_iter_timing 1 only");
+    opts->per_iter_skip = 0;
+  }
+  if (!opts->json_path.empty() || !opts->plot_path.empty()) {
+    const char* what = !opts->json_path.empty() ? "-J/--output_file" : "--plot";
+    if (!haveJson()) {
+      std::fprintf(stderr,
+                   "%s: %s needs JSON support, and this tutti-perf was built without "
+                   "nlohmann-json (apt-get install nlohmann-json3-dev, then re-run cmake)\n",
+                   prog, what);
+      return ParseResult::kError;
+    }
+  }
+  if (!opts->json_path.empty()) {
+    // nccl-tests tells the format from the suffix and knows only json.
+    const std::string& j = opts->json_path;
+    const size_t dot = j.rfind('.');
+    const size_t slash = j.rfind('/');
+    std::string ext = dot == std::string::npos || (slash != std::string::npos && slash > dot)
+                          ? ""
+                          : squash(j.substr(dot + 1));
+    if (ext != "json") {
+      std::fprintf(stderr,
+                   "%s: -J/--output_file '%s': the output format comes from the suffix, and only "
+                   ".json is supported\n",
+                   prog, j.c_str());
+      return ParseResult::kError;
+    }
+  }
+  if (opts->coll->coll == Coll::kAllToAllv) {
+    const char* matrix = std::getenv("NCCL_TESTS_ALLTOALLV_MATRIX_FILE");
+    if (matrix != nullptr && *matrix != '\0') {
+      std::fprintf(stderr,
+                   "%s: alltoallv: NCCL_TESTS_ALLTOALLV_MATRIX_FILE (traffic matrix mode) is not "
+                   "supported by tutti-perf; unset it for the generated pattern "
+                   "(NCCL_TESTS_ALLTOALLV_SPREAD)\n",
+                   prog);
       return ParseResult::kError;
     }
   }

@@ -173,7 +173,7 @@ const char* opName(Op op) {
     case Op::kAvg:
       return "avg";
     case Op::kPreMulSum:
-      return "premulsum";
+      return "mulsum";  // nccl-tests' spelling
     case Op::kNone:
       break;
   }
@@ -187,7 +187,7 @@ bool parseOp(const std::string& name, Op* op) {
       return true;
     }
   }
-  if (name == "mulsum") {
+  if (name == "premulsum") {
     *op = Op::kPreMulSum;
     return true;
   }

@@ -42,7 +42,8 @@ std::string typeNames();
 // ncclRedOpCreatePreMulSum; kNone marks collectives without a reduction.
 enum class Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kNone };
 const char* opName(Op op);
-// "sum", "prod", "max", "min", "avg", "premulsum" (alias "mulsum"); false if unknown.
+// "sum", "prod", "max", "min", "avg", "mulsum" (nccl-tests' name for
+// ncclRedOpCreatePreMulSum; "premulsum" is accepted too); false if unknown.
 bool parseOp(const std::string& name, Op* op);
 const std::vector<Op>& allOps();
 
