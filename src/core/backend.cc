@@ -460,7 +460,9 @@ Status Backend::gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, 
   return runOnHost(this,
                    {{A, aBytes, true, false},
                     {B, bBytes, true, false},
-                    {C, matrixBytes(m, n, ldc), beta != 0.0f, true}},
+                    // Read C even when beta == 0 if rows are padded: the
+                    // whole extent is written back, padding included.
+                    {C, matrixBytes(m, n, ldc), beta != 0.0f || ldc > n, true}},
                    q, [&](auto hostOf) {
                      return cpu::backendPlugin()->gemm(nullptr, transA, transB, m, n, k, alpha,
                                                        static_cast<const float*>(hostOf(A)), lda,
