@@ -25,7 +25,7 @@
 #                    comma list (4M,64M), one tutti-perf run per size
 #   --algos A        comma list of NCCL_ALGO values (auto,ring,2dring,hierarchical)
 #   --compress C     comma list of codecs, each one more row set: none, fp16, bf16,
-#                    1bit, powersgd (default: none of them, the table as without)
+#                    onebit (or 1bit), powersgd (default: none of them, the table as without)
 #   --powersgd-rank R  PowerSGD's rank (4)
 #   --iters N        timed iterations per size (5); --warmup N (1)
 #   --check          validate results (-c 1); default -c 0
@@ -93,8 +93,8 @@ if [[ -n $compress ]]; then
   IFS=, read -ra compress_list <<<"$compress"
   for c in "${compress_list[@]}"; do
     case $c in
-      none | fp16 | bf16 | 1bit | powersgd) ;;
-      *) echo "run.sh: unknown codec '$c' in --compress (none, fp16, bf16, 1bit, powersgd)" >&2; exit 2 ;;
+      none | fp16 | bf16 | onebit | 1bit | powersgd) ;;
+      *) echo "run.sh: unknown codec '$c' in --compress (none, fp16, bf16, onebit, powersgd)" >&2; exit 2 ;;
     esac
   done
 fi

@@ -430,7 +430,7 @@ Status Comm::readCompressionEnv() {
     // (tuttiCompressorCreate), not a switch on plain ncclAllReduce.
     TUTTI_WARN("TUTTI_COMPRESSION={} is not one of fp16, bf16, off; compression stays off{}",
                mode,
-               mode == "1bit" || mode == "powersgd"
+               mode == "onebit" || mode == "1bit" || mode == "powersgd"
                    ? " (1-bit and PowerSGD need a compressor: tuttiCompressorCreate)"
                    : "");
     mode.clear();
