@@ -12,6 +12,7 @@ otherwise look for setuptools and torch on an index). The library's directory
 is written into the extension's RUNPATH; LD_LIBRARY_PATH is not needed.
 See docs/pytorch.md.
 """
+import hashlib
 import os
 import shlex
 import subprocess
@@ -69,6 +70,11 @@ def tutti_paths():
 incs, libdir, version = tutti_paths()
 print("tutti_torch: building against libtutti in %s (headers: %s), torch %s"
       % (libdir, ", ".join(incs), torch.__version__))
+# setuptools keeps its objects in build/ and skips a link that looks up to
+# date, so a second install against another prefix would keep the first one's
+# RPATH (libtutti.so.0 then not found). One build directory per library
+# directory.
+build_base = os.path.join("build", hashlib.sha1(libdir.encode()).hexdigest()[:12])
 
 setup(
     name="tutti_torch",
@@ -88,4 +94,5 @@ setup(
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
     python_requires=">=3.8",
     zip_safe=False,
+    options={"build": {"build_base": build_base}},
 )
