@@ -71,7 +71,7 @@ echo "rep,limit,gbs" > "$LIMITS"
 # SECONDS_PER_SIZE. With 50 iterations of a few microseconds each, the ranks
 # catching up after the barrier that starts the timing dominate: a 128 KiB
 # all-gather on 2 ranks measured 1.2x slower (median of 3) than with 300, and
-# 5x at 32 KiB. docs/comparison.md's third measurement and older ones used 50 there.
+# 5x at 32 KiB. docs/comparison.md's third run and older ones used 50 there.
 SPLIT=$MINB
 while ((SPLIT <= 32768 && SPLIT <= MAXB)); do SPLIT=$((SPLIT * FACTOR)); done
 MIDB=$SPLIT
