@@ -20,8 +20,8 @@
 #include <thread>
 #include <tuple>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace tutti::topo {
 

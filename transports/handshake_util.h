@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/transport.h"
+#include "base/status.h"
+#include "transports/transport.h"
 
 namespace tutti::transport::detail {
 

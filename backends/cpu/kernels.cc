@@ -5,8 +5,8 @@
 #include <string>
 
 #include "backends/cpu/kernel_dispatch.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace tutti::cpu {
 

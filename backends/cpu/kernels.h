@@ -31,7 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace tutti::cpu {
 

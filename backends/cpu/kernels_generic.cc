@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "backends/cpu/kernel_dispatch.h"
-#include "core/types.h"
+#include "base/types.h"
 
 // O3-level vectorisation (GCC 12's -O2 uses the very-cheap cost model, which
 // skips loops of unknown trip count); no FMA contraction so that every variant

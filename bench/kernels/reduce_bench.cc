@@ -17,7 +17,7 @@
 #include "backends/cpu/float_formats.h"
 #include "backends/cpu/kernel_dispatch.h"
 #include "backends/cpu/kernels.h"
-#include "core/types.h"
+#include "base/types.h"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace tutti::sim {
 

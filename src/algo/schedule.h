@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace tutti::algo {
 
@@ -146,7 +146,7 @@ struct NodeMap {
 
 // Latency and bandwidth of one class of link, as the cost model sees it.
 struct LinkModel {
-  double latencyUs = 1.0;    // per message, one way
+  double latencyUs = 1.0;     // per message, one way
   double bandwidthGBs = 5.0;  // one direction, one stream (GB = 1e9 bytes)
 };
 

@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "algo/schedule_util.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/tsan.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
 #include "capi/ops.h"
 #include "compress/powersgd.h"
 #include "compress/wire.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/tsan.h"
 #include "transports/shm/cma.h"
 #include "transports/shm/shared_region.h"
 #include "tutti/tutti.h"
@@ -160,7 +160,7 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
   mine[2] = canary;
   mine[3] = static_cast<uint64_t>(
       std::max<int64_t>(0, tutti::params::getInt("TUTTI_POWERSGD_SHARE_MIN_BYTES", 4 << 20)));
-  tutti::core::tsanRelease(&canary);  // peers in this process read it directly (core/tsan.h)
+  tutti::base::tsanRelease(&canary);  // peers in this process read it directly (base/tsan.h)
   ncclResult_t rc = tutti::capi::allReduce(fn, rec.data(), rec.data(), rec.size(), ncclUint64,
                                            ncclSum, comm, exact, nullptr);
   if (rc != ncclSuccess) return rc;
@@ -181,7 +181,7 @@ ncclResult_t decideNodeShare(tuttiCompressor* c, const char* fn,
     }
   }
   rc = tutti::capi::allReduce(fn, &ok, &ok, 1, ncclInt32, ncclMin, comm, exact, nullptr);
-  tutti::core::tsanAcquire(&canary);  // every reader is done with it
+  tutti::base::tsanAcquire(&canary);  // every reader is done with it
   if (rc != ncclSuccess) return rc;
   c->nodeShare = ok;
   c->nodeRanks = node;
@@ -239,8 +239,7 @@ ncclResult_t prepareStaging(tuttiCompressor* c, const char* fn,
   const size_t need = stageBytes(rows, cols, c->nodeIndex, k);
   std::unique_ptr<SharedRegion> fresh;
   if (ok && elsewhere && (!c->ownStage || c->ownStage->size() < need)) {
-    auto r = SharedRegion::create(
-        SharedRegion::makeName(comm->impl->commHash(), "psgd", me), need);
+    auto r = SharedRegion::create(SharedRegion::makeName(comm->impl->commHash(), "psgd", me), need);
     if (r) {
       fresh = std::move(r.value());
     } else {
@@ -394,7 +393,7 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
       }
       c->inputs.assign(comm->nranks, 0);
       c->inputs[comm->rank] = reinterpret_cast<uintptr_t>(in);
-      tutti::core::tsanRelease(in);  // node members in this process read it (core/tsan.h)
+      tutti::base::tsanRelease(in);  // node members in this process read it (base/tsan.h)
       ncclResult_t rc =
           tutti::capi::allReduce(fn, c->inputs.data(), c->inputs.data(), c->inputs.size(),
                                  ncclUint64, ncclSum, comm, &exact, nullptr);
@@ -405,9 +404,9 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
           const tutti::transport::shm::SharedRegion& stage = *c->memberStage[member];
           const size_t at = stageOffset(offset, rows, cols, member, k);
           if (at + bytes > stage.size())
-            return tutti::internalError(fmt::format(
-                "PowerSGD: bytes {}-{} of {}'s input are outside its stage ({} bytes)", offset,
-                offset + bytes, comm->impl->describePeer(q), stage.size()));
+            return tutti::internalError(
+                fmt::format("PowerSGD: bytes {}-{} of {}'s input are outside its stage ({} bytes)",
+                            offset, offset + bytes, comm->impl->describePeer(q), stage.size()));
           std::memcpy(dst, stage.data() + at, bytes);
           return tutti::Status::ok();
         }
@@ -417,10 +416,10 @@ ncclResult_t runCompressed(tuttiCompressor* c, const void* send, void* recv, siz
         return rs ? rs : rs.withContext(comm->impl->describePeer(q));
       };
     }
-    // Once a sum is done the node members have read `in` (core/tsan.h; a no-op otherwise).
+    // Once a sum is done the node members have read `in` (base/tsan.h; a no-op otherwise).
     auto sumThenAcquire = [&](float* data, size_t n) {
       tutti::Status done = sum(data, n);
-      tutti::core::tsanAcquire(in);
+      tutti::base::tsanAcquire(in);
       return done;
     };
     st = t.powerSgd->run(in, out, average, comm->nranks, sumThenAcquire, read);

@@ -12,8 +12,8 @@
 #include <string>
 #include <type_traits>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "nccl.h"
 
 namespace tutti::capi {

@@ -41,10 +41,10 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "base/status.h"
 #include "core/backend.h"
 #include "core/comm.h"
 #include "core/oneshot.h"
-#include "core/status.h"
 
 namespace tutti::capi {
 

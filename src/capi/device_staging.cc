@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace tutti::capi {
 

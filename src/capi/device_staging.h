@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "base/status.h"
 #include "core/backend.h"
-#include "core/status.h"
 
 namespace tutti::capi {
 

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "base/log.h"
 #include "capi/handle.h"
-#include "core/log.h"
 
 namespace tutti::capi {
 namespace {

@@ -11,7 +11,7 @@
 #include <new>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "nccl.h"
 
 namespace tutti::capi {

@@ -15,6 +15,8 @@
 #include "algo/schedule.h"
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/cpu_backend.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
@@ -23,8 +25,6 @@
 #include "core/backend.h"
 #include "core/bootstrap.h"
 #include "core/executor.h"
-#include "core/log.h"
-#include "core/params.h"
 #include "tutti/tutti.h"
 
 using tutti::Status;

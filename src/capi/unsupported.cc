@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/log.h"
 #include "capi/errors.h"
 #include "capi/export.h"
-#include "core/log.h"
 #include "nccl.h"
 
 namespace tutti::capi::devapi {

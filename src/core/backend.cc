@@ -9,10 +9,10 @@
 
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/cpu_backend.h"
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/types.h"
 #include "core/plugins.h"
-#include "core/types.h"
 
 namespace tutti::core {
 namespace {

@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "tutti/backend_plugin.h"
 
 namespace tutti::core {

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "topology/topology.h"
 
 namespace tutti::core {

@@ -31,9 +31,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/socket.h"
-#include "core/status.h"
-#include "core/transport.h"
+#include "base/socket.h"
+#include "base/status.h"
+#include "transports/transport.h"
 
 namespace tutti::core {
 
@@ -72,7 +72,6 @@ struct PeerInfo {
 };
 static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
 static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processes");
-
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);

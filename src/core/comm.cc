@@ -7,10 +7,10 @@
 #include <cstring>
 
 #include "algo/cost_model.h"
-#include "core/backoff.h"
+#include "base/backoff.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "core/link_probe.h"
-#include "core/log.h"
-#include "core/params.h"
 #include "topology/topology.h"
 
 namespace tutti::core {
@@ -37,8 +37,9 @@ Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
     pos = comma + 1;
   }
   if (fake.size() != hostIds.size())
-    return invalidArgument(fmt::format("TUTTI_TEST_NODES='{}' covers {} ranks, the communicator has {}",
-                                       spec, fake.size(), hostIds.size()));
+    return invalidArgument(
+        fmt::format("TUTTI_TEST_NODES='{}' covers {} ranks, the communicator has {}", spec,
+                    fake.size(), hostIds.size()));
   return algo::NodeMap::fromHostIds(fake);
 }
 
@@ -127,7 +128,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
                rank, c->homeNuma_);
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
-  c->oversubscribed_ = local > usableCpus();
+  c->oversubscribed_ = local > base::usableCpus();
   // After the ring connections: across nodes the selection measures the link
   // between rank 0 and its ring predecessor (on the last node) over them.
   TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
@@ -172,26 +173,33 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
   std::vector<Choice> all(nranks_);
   const int32_t compression = compressionEnv_.empty() ? 0 : compressionEnv_ == "fp16" ? 1 : 2;
   const bool shm = allOnOneHost() && !params::getBool("NCCL_SHM_DISABLE", false);
-  all[rank_] = {mine.intra.latencyUs,  mine.intra.bandwidthGBs,
-                mine.inter.latencyUs,  mine.inter.bandwidthGBs,
-                rdMaxBytes_,           static_cast<int32_t>(forcedAlgo_),
-                compression,           compressionMinBytes_,
-                static_cast<int32_t>(shm), 0};
+  all[rank_] = {mine.intra.latencyUs,
+                mine.intra.bandwidthGBs,
+                mine.inter.latencyUs,
+                mine.inter.bandwidthGBs,
+                rdMaxBytes_,
+                static_cast<int32_t>(forcedAlgo_),
+                compression,
+                compressionMinBytes_,
+                static_cast<int32_t>(shm),
+                0};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
   costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
   if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_))
-    TUTTI_WARN("TUTTI_RD_MAX or NCCL_ALGO differ from rank 0's; rank 0's settings apply so that "
-               "every rank picks the same algorithm");
+    TUTTI_WARN(
+        "TUTTI_RD_MAX or NCCL_ALGO differ from rank 0's; rank 0's settings apply so that "
+        "every rank picks the same algorithm");
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
   // Feeds the algorithm choice, which every rank must make alike.
   sharedMemory_ = c.sharedMemory != 0;
   // Compressed and plain messages do not mix: rank 0's TUTTI_COMPRESSION holds.
   if (c.compression != compression || c.compressionMinBytes != compressionMinBytes_)
-    TUTTI_WARN("TUTTI_COMPRESSION or TUTTI_COMPRESSION_MIN_BYTES differ from rank 0's; rank 0's "
-               "settings apply");
+    TUTTI_WARN(
+        "TUTTI_COMPRESSION or TUTTI_COMPRESSION_MIN_BYTES differ from rank 0's; rank 0's "
+        "settings apply");
   compressionEnv_ = c.compression == 0 ? "" : c.compression == 1 ? "fp16" : "bf16";
   compressionMinBytes_ = c.compressionMinBytes;
   if (rank_ == 0) {
@@ -204,14 +212,14 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
       return fmt::format("latency {}, bandwidth {}", from(latTopo, measured),
                          from(bwTopo, measured));
     };
-    TUTTI_INFO(log::kTuning,
-               "cost model: intra-node {:.4g} us {:.4g} GB/s ({}), inter-node {:.4g} us {:.4g} "
-               "GB/s ({})",
-               costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
-               sources(t.intraLatencyUs.has_value(), t.intraBandwidthGBs.has_value(), false),
-               costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
-               sources(t.interLatencyUs.has_value(), t.interBandwidthGBs.has_value(),
-                       probe.has_value()));
+    TUTTI_INFO(
+        log::kTuning,
+        "cost model: intra-node {:.4g} us {:.4g} GB/s ({}), inter-node {:.4g} us {:.4g} "
+        "GB/s ({})",
+        costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
+        sources(t.intraLatencyUs.has_value(), t.intraBandwidthGBs.has_value(), false),
+        costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
+        sources(t.interLatencyUs.has_value(), t.interBandwidthGBs.has_value(), probe.has_value()));
   }
   return Status::ok();
 }
@@ -421,15 +429,13 @@ namespace tutti::core {
 
 Status Comm::readCompressionEnv() {
   std::string mode = params::getStr("TUTTI_COMPRESSION", "");
-  std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char ch) {
-    return static_cast<char>(std::tolower(ch));
-  });
+  std::transform(mode.begin(), mode.end(), mode.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   if (mode == "off" || mode == "none" || mode == "0") mode.clear();
   if (!mode.empty() && mode != "fp16" && mode != "bf16") {
     // 1-bit and PowerSGD keep state across calls: they need a compressor
     // (tuttiCompressorCreate), not a switch on plain ncclAllReduce.
-    TUTTI_WARN("TUTTI_COMPRESSION={} is not one of fp16, bf16, off; compression stays off{}",
-               mode,
+    TUTTI_WARN("TUTTI_COMPRESSION={} is not one of fp16, bf16, off; compression stays off{}", mode,
                mode == "onebit" || mode == "1bit" || mode == "powersgd"
                    ? " (1-bit and PowerSGD need a compressor: tuttiCompressorCreate)"
                    : "");

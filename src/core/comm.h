@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "algo/schedule.h"
+#include "base/status.h"
 #include "core/bootstrap.h"
 #include "core/link_probe.h"
 #include "core/oneshot.h"
-#include "core/status.h"
-#include "core/transport.h"
+#include "transports/transport.h"
 
 namespace tutti::topo {
 struct Topology;

@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <thread>
 #include <memory>
+#include <thread>
 
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/kernels.h"
-#include "core/backoff.h"
-#include "core/log.h"
+#include "base/backoff.h"
+#include "base/log.h"
 
 namespace tutti::core {
 namespace {
@@ -69,8 +69,8 @@ struct PeerRun {
   std::deque<uint32_t> ready;
   size_t recvsLeft = 0, sendsLeft = 0;
   size_t bigRecvsLeft = 0;  // receives not channel0Only: they may come on any channel
-  std::vector<Out> out;  // per channel
-  std::vector<In> in;    // per channel
+  std::vector<Out> out;     // per channel
+  std::vector<In> in;       // per channel
   // Channels whose peer closed them between two messages. That is not an
   // error by itself (the peer may have finished and left while its last
   // messages travel on other channels); it is one once no open channel is
@@ -134,9 +134,7 @@ class Run {
   Status start();
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
-  bool done() const {
-    return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size();
-  }
+  bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size(); }
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
   Status checkStalled(Clock::time_point lastProgress);
@@ -175,8 +173,8 @@ class Run {
   // Per flat recv: the flat sends waiting for it. Sized to the largest
   // operation seen (waiters_[i] for i >= recvs_.size() are empty and unused).
   std::vector<std::vector<uint32_t>> waiters_;
-  std::vector<uint8_t> recvDone_;               // per flat recv
-  std::vector<uint32_t> recvBase_;              // per schedule: its first flat recv
+  std::vector<uint8_t> recvDone_;                    // per flat recv
+  std::vector<uint32_t> recvBase_;                   // per schedule: its first flat recv
   std::vector<std::pair<Key, uint32_t>> recvIndex_;  // sorted by key: flat recv
   std::vector<int> peerList_;
   std::vector<PeerRun> peers_;
@@ -494,8 +492,8 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       if (r.after >= 0 && !recvDone_[recvBase_[rinst] + r.after]) return Status::ok();
       in.recv = it->second;
       in.payGot = in.reduced = in.carryGot = 0;
-      const bool staged = r.encoded || (r.action == algo::RecvAction::kReduce &&
-                                        !chan.conn->supportsPeek());
+      const bool staged =
+          r.encoded || (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek());
       if (staged && chan.staging.size() < expect)
         chan.staging.resize(std::max(expect, c_->chunkBytes()));
     }
@@ -522,11 +520,10 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       if (r.action == algo::RecvAction::kCopy)
         cpu::decode(f, sched.wire.exp, chan.staging.data(), n, dst);
       else
-        cpu::decodeAdd(f, sched.wire.exp, chan.staging.data(), n,
-                       reinterpret_cast<const float*>(addr(inst, r.local)),
-                       sched.spec.op == RedOp::kPreMulSum ? static_cast<float>(sched.spec.scalar)
-                                                          : 1.0f,
-                       dst);
+        cpu::decodeAdd(
+            f, sched.wire.exp, chan.staging.data(), n,
+            reinterpret_cast<const float*>(addr(inst, r.local)),
+            sched.spec.op == RedOp::kPreMulSum ? static_cast<float>(sched.spec.scalar) : 1.0f, dst);
     } else if (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek()) {
       // Reduce whole elements as they arrive, so the reduction overlaps the transfer.
       const size_t es = dataTypeSize(sched.spec.dt);
@@ -631,8 +628,8 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       // (its bytes are ready), but retried every pass.
       bool held = rx.haveHeader && !parked && p.in[ch].recv < 0;
       // Channels above 0 carry only messages that are not channel0Only.
-      const bool wantRecv = p.recvsLeft && !p.closed[ch] && !parked && !held &&
-                            (ch == 0 || p.bigRecvsLeft > 0);
+      const bool wantRecv =
+          p.recvsLeft && !p.closed[ch] && !parked && !held && (ch == 0 || p.bigRecvsLeft > 0);
       // Bytes the connection read ahead: a poll would not show them.
       const bool ahead = wantRecv && chan.conn->buffered();
       if (ahead) *ready = true;
@@ -735,7 +732,7 @@ Status execute(std::vector<Work*>& work) {
   auto lastCheck = lastProgress;
   bool oversubscribed = false;
   for (Work* w : work) oversubscribed = oversubscribed || w->comm->oversubscribed();
-  Backoff backoff(oversubscribed);
+  base::Backoff backoff(oversubscribed);
   bool progress = true;
   std::vector<pollfd>& fds = ls.fds;
   std::vector<std::pair<PeerRun*, int>>& owners = ls.owners;

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/backoff.h"
-#include "core/log.h"
+#include "base/backoff.h"
+#include "base/log.h"
 
 namespace tutti::core {
 namespace {
@@ -75,7 +75,7 @@ class Mover {
   transport::Connection& c_;
   const LinkProbeOptions& o_;
   int fd_;
-  Backoff backoff_;
+  base::Backoff backoff_;
 };
 
 ProbeCmd command(uint32_t kind, uint64_t bytes = 0) { return ProbeCmd{kProbeMagic, kind, bytes}; }

@@ -26,7 +26,7 @@
 // - Every wait notices *abortFlag and gives up at `deadline` with an error;
 //   an error leaves the connection unusable (half a command may be in flight).
 //   Waits poll the connection's fd when it has one (TCP), else spin, yield
-//   and nap (core/backoff.h).
+//   and nap (base/backoff.h).
 #pragma once
 
 #include <atomic>
@@ -35,8 +35,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/status.h"
-#include "core/transport.h"
+#include "base/status.h"
+#include "transports/transport.h"
 
 namespace tutti::core {
 
@@ -56,7 +56,7 @@ struct LinkProbeOptions {
   std::chrono::milliseconds budget{40};
   transport::Clock::time_point deadline;  // required: every wait gives up here
   const std::atomic<bool>* abortFlag = nullptr;
-  bool oversubscribed = false;  // shared memory waits: see core/backoff.h
+  bool oversubscribed = false;  // shared memory waits: see base/backoff.h
 };
 
 struct LinkProbeResult {

@@ -6,11 +6,11 @@
 #include <cstring>
 
 #include "backends/cpu/kernels.h"
-#include "core/backoff.h"
+#include "base/backoff.h"
+#include "base/log.h"
+#include "base/params.h"
+#include "base/tsan.h"
 #include "core/comm.h"
-#include "core/log.h"
-#include "core/params.h"
-#include "core/tsan.h"
 #include "topology/topology.h"
 #include "transports/shm/cma.h"
 
@@ -324,7 +324,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     const size_t bytes = slotBytesFor(op.coll, op.count, es, nranks_);
     if (op.direct) {
       const bool owns = op.coll == Collective::kAllGather || rank_ == op.root;
-      if (owns) tsanRelease(op.send);
+      if (owns) base::tsanRelease(op.send);
       const DirectRecord d{owns ? reinterpret_cast<uintptr_t>(op.send) : 0, op.count};
       memcpy(seg_->payload(rank_, slot), &d, sizeof(d));
     } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
@@ -382,7 +382,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
   // Direct: done once nobody reads this rank's buffer any more.
   for (int q = 0; q < nranks_; ++q)
     if (readsFrom(op, q, rank_) && !acked(q, op.seq)) return Status::ok();
-  tsanAcquire(op.send);  // every reader's copy, before the caller reuses the buffer
+  base::tsanAcquire(op.send);  // every reader's copy, before the caller reuses the buffer
   op.done = true;
   ++directOps_;
   *moved = true;
@@ -514,7 +514,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
 }
 
 Status OneShot::run(OneShotOp& op) {
-  Backoff backoff(comm_->oversubscribed());
+  base::Backoff backoff(comm_->oversubscribed());
   auto nextCheck = Clock::duration(std::chrono::milliseconds(100));
   for (;;) {
     bool moved = false;

@@ -43,7 +43,7 @@
 // (a probe of a canary value), else none uses the path.
 //
 // Waiting: progress() never blocks; the caller spins, yields or naps
-// (core/backoff.h) and calls check() now and then, which reports a peer whose
+// (base/backoff.h) and calls check() now and then, which reports a peer whose
 // process died, that closed its communicator or failed, an abort, or no
 // progress for the communicator's timeout. run() is the blocking loop used by
 // a call made outside a group; inside a group the executor drives progress().
@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "algo/schedule.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transports/shm/shm_arena.h"
 
 namespace tutti::core {

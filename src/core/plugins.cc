@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace tutti::core {
 namespace {

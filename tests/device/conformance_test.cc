@@ -25,8 +25,8 @@
 
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/float_formats.h"
+#include "base/types.h"
 #include "core/backend.h"
-#include "core/types.h"
 #include "tests/device/conformance_checks.h"
 #include "tests/device/element_data.h"
 

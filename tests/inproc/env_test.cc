@@ -1,6 +1,6 @@
 // Environment-driven behaviour through the public API: NCCL_COMM_ID
-// bootstrap, TUTTI_TEST_NODES validation, NCCL-format logging to NCCL_DEBUG_FILE, non-NULL streams on host
-// memory, and communicators used concurrently from several threads.
+// bootstrap, TUTTI_TEST_NODES validation, NCCL-format logging to NCCL_DEBUG_FILE, non-NULL streams
+// on host memory, and communicators used concurrently from several threads.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <regex>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "harness.h"
 
 namespace tutti::test {

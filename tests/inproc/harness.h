@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/float_formats.h"
-#include "core/types.h"
+#include "base/types.h"
 #include "nccl.h"
 
 namespace tutti::test {
@@ -193,7 +193,7 @@ inline double loadValue(const void* p, ncclDataType_t dt) {
   }
 }
 
-// The library's own tables (core/types.h), through NCCL's enum.
+// The library's own tables (base/types.h), through NCCL's enum.
 inline size_t typeSize(ncclDataType_t dt) { return dataTypeSize(static_cast<DataType>(dt)); }
 inline bool isFloat(ncclDataType_t dt) { return isFloating(static_cast<DataType>(dt)); }
 inline bool isUnsigned(ncclDataType_t dt) {

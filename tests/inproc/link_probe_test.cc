@@ -11,8 +11,8 @@
 #include <fstream>
 #include <mutex>
 
+#include "base/log.h"
 #include "capi/handle.h"
-#include "core/log.h"
 #include "harness.h"
 #include "topology/topology.h"
 

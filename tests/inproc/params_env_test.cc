@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "harness.h"
 
 namespace tutti::test {

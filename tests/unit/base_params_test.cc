@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace tutti::params {
 namespace {
@@ -135,7 +135,7 @@ std::string readFile(const std::string& path) {
 TEST(ParamsRegistry, KnowsEveryNameTheSourcesRead) {
   namespace fs = std::filesystem;
   const std::string root = sourceRoot();
-  if (!fs::exists(root + "/src/core/params.cc")) GTEST_SKIP() << "no source tree at " << root;
+  if (!fs::exists(root + "/src/base/params.cc")) GTEST_SKIP() << "no source tree at " << root;
   const std::regex literal(R"re("((NCCL|TUTTI)_[A-Z0-9_]+)")re");
   std::set<std::string> names;
   for (const char* dir : {"src", "backends", "transports", "topology", "bench"}) {

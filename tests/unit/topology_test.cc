@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/params.h"
+#include "base/params.h"
 
 namespace tutti::topo {
 namespace {
@@ -45,9 +45,9 @@ std::string readFile(const std::string& path) {
 
 // Tests on the hand-made fixture need hwloc's libxml2 reader; without it
 // (libhwloc-plugins not installed, or HWLOC_LIBXML=0) they skip, saying why.
-#define SKIP_WITHOUT_XML_READER()                                                          \
-  if (!hwlocReadsAnyXml())                                                                 \
-  GTEST_SKIP() << "hwloc cannot read hand-written XML here: its libxml2 reader (Debian "   \
+#define SKIP_WITHOUT_XML_READER()                                                        \
+  if (!hwlocReadsAnyXml())                                                               \
+  GTEST_SKIP() << "hwloc cannot read hand-written XML here: its libxml2 reader (Debian " \
                   "package libhwloc-plugins) is not installed or HWLOC_LIBXML=0"
 
 // Unsets the variables the topology reads, before and after each test.
@@ -669,7 +669,7 @@ TEST_F(TopologyFixture, NumaNodeCoveringNeedsOneNodeForEveryCpu) {
   EXPECT_EQ(numaNodeCovering(t, {0}), 0);
   EXPECT_EQ(numaNodeCovering(t, {0, 1, 2, 3, 4, 5, 6, 7}), 0);
   EXPECT_EQ(numaNodeCovering(t, {9, 15}), 1);
-  EXPECT_EQ(numaNodeCovering(t, {7, 8}), -1);   // spans both
+  EXPECT_EQ(numaNodeCovering(t, {7, 8}), -1);    // spans both
   EXPECT_EQ(numaNodeCovering(t, {15, 16}), -1);  // 16: no node has it
   EXPECT_EQ(numaNodeCovering(t, {}), -1);
 }

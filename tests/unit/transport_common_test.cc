@@ -5,8 +5,8 @@
 #include <string>
 #include <thread>
 
-#include "core/transport.h"
 #include "transport_test_util.h"
+#include "transports/transport.h"
 
 namespace tutti::transport {
 namespace {

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/transport.h"
 #include "transport_test_util.h"
 #include "transports/shm/shared_region.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/transport.h"
 
 namespace tutti::transport {
 namespace {

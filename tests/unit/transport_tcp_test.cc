@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/transport.h"
 #include "transport_test_util.h"
 #include "transports/tcp/socket_util.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/transport.h"
 
 namespace tutti::transport {
 namespace {

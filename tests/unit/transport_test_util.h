@@ -25,7 +25,7 @@
 #include <tuple>
 #include <vector>
 
-#include "core/transport.h"
+#include "transports/transport.h"
 
 namespace tutti::transport::testing {
 

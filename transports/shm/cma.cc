@@ -8,8 +8,8 @@
 #include <cstring>
 #include <random>
 
-#include "core/log.h"
-#include "core/tsan.h"
+#include "base/log.h"
+#include "base/tsan.h"
 
 namespace tutti::transport::shm::cma {
 
@@ -61,9 +61,9 @@ Status readPeer(pid_t pid, bool sameProcess, const void* base, size_t offset, vo
                 size_t bytes) {
   const char* src = static_cast<const char*>(base) + offset;
   if (!sameProcess) return read(pid, src, local, bytes);
-  core::tsanAcquire(base);  // the owner's writes before it published the address
+  tutti::base::tsanAcquire(base);  // the owner's writes before it published the address
   memcpy(local, src, bytes);
-  core::tsanRelease(base);  // before the owner learns that this reader is done
+  tutti::base::tsanRelease(base);  // before the owner learns that this reader is done
   return Status::ok();
 }
 

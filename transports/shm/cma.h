@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace tutti::transport::shm::cma {
 
@@ -32,7 +32,7 @@ Status read(pid_t pid, const void* remote, void* local, size_t bytes);
 // Copies `bytes` from byte `offset` of a peer's buffer `base` to `local`: a
 // memcpy when the peer is a thread of this process (`sameProcess`: equal
 // processToken()s), with the ordering told to ThreadSanitizer keyed by `base`
-// (core/tsan.h: the owner releases `base` before it publishes the address and
+// (base/tsan.h: the owner releases `base` before it publishes the address and
 // acquires it once the readers are done), else read().
 Status readPeer(pid_t pid, bool sameProcess, const void* base, size_t offset, void* local,
                 size_t bytes);

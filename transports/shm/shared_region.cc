@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <random>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace tutti::transport::shm {
 
@@ -18,8 +18,7 @@ std::string SharedRegion::makeName(uint64_t commHash, const char* what, int rank
   return fmt::format("/tutti-{:016x}-{}-{}-{:016x}", commHash, what, rank, r);
 }
 
-Result<std::unique_ptr<SharedRegion>> SharedRegion::create(const std::string& name,
-                                                           size_t bytes) {
+Result<std::unique_ptr<SharedRegion>> SharedRegion::create(const std::string& name, size_t bytes) {
   const std::string who = fmt::format("SHM: region {} ({} bytes)", name, bytes);
   if (bytes == 0) return invalidArgument(who + ": empty");
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);

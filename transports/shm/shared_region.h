@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace tutti::transport::shm {
 

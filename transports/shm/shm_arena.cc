@@ -12,7 +12,7 @@
 #include <random>
 #include <type_traits>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace tutti::transport::shm {
 namespace {
@@ -81,8 +81,8 @@ ArenaSegment::ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_
       slotBytes_(slotBytes),
       stride_(strideFor(slotBytes)),
       perRank_(perRankBytes(slotBytes)),
-      states_(reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(base) +
-                                                       statesOffset())),
+      states_(
+          reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(base) + statesOffset())),
       acks_(static_cast<uint8_t*>(base) + acksOffset(nranks)),
       slots_(static_cast<uint8_t*>(base) + slotsOffset(nranks)) {}
 

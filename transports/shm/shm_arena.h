@@ -37,7 +37,7 @@
 #include <string>
 #include <utility>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transports/shm/shm_ring.h"
 
 namespace tutti::transport::shm {
@@ -55,10 +55,10 @@ class ArenaSegment {
   static constexpr size_t kSmallSlotBytes = 1024 - 16;  // one 1 KiB stride
   static constexpr int kSlots = 8;
 
-  static Result<std::unique_ptr<ArenaSegment>> create(const std::string& name, int rank,
-                                                      int nranks, size_t slotBytes);
-  static Result<std::unique_ptr<ArenaSegment>> attach(const std::string& name, int rank,
-                                                      int nranks, size_t slotBytes);
+  static Result<std::unique_ptr<ArenaSegment>> create(const std::string& name, int rank, int nranks,
+                                                      size_t slotBytes);
+  static Result<std::unique_ptr<ArenaSegment>> attach(const std::string& name, int rank, int nranks,
+                                                      size_t slotBytes);
   ~ArenaSegment();
   ArenaSegment(const ArenaSegment&) = delete;
   ArenaSegment& operator=(const ArenaSegment&) = delete;

@@ -11,7 +11,7 @@
 #include <random>
 #include <type_traits>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transports/handshake_util.h"
 #include "transports/shm/shm_arena.h"
 
@@ -272,7 +272,6 @@ const void* ShmConnection::peek(size_t* avail) {
 }
 
 void ShmConnection::consume(size_t bytes) { recv_.consume(bytes); }
-
 
 Status ShmConnection::checkAlive() {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();

@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
-#include "core/transport.h"
 #include "transports/shm/shm_ring.h"
+#include "transports/transport.h"
 
 namespace tutti::transport::shm {
 

@@ -14,17 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/log.h"
-#include "core/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "transports/handshake_util.h"
 
 namespace tutti::transport::tcp {
-
-
-
-
-
-
 
 void tuneSocket(int fd) {
   int one = 1;
@@ -116,6 +110,5 @@ Status recvAll(int fd, void* data, size_t bytes, const ConnectContext& ctx, cons
   }
   return Status::ok();
 }
-
 
 }  // namespace tutti::transport::tcp

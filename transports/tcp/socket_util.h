@@ -18,13 +18,13 @@
 #include <cstdint>
 #include <string>
 
-#include "core/socket.h"
-#include "core/status.h"
-#include "core/transport.h"
+#include "base/socket.h"
+#include "base/status.h"
+#include "transports/transport.h"
 
 namespace tutti::transport::tcp {
 
-// Addresses are the control plane's (core/socket.h): one type, one parser.
+// Addresses are the control plane's (base/socket.h): one type, one parser.
 using SockAddr = net::SockAddr;
 
 void tuneSocket(int fd);

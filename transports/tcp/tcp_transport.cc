@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transports/handshake_util.h"
 #include "transports/tcp/socket_util.h"
 
@@ -119,8 +119,7 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
   FdGuard lfd(lfdRaw);
   tuneSocket(lfd.get());  // accepted sockets inherit the buffer sizes
   if (bind(lfd.get(), addr.sa(), addr.len) != 0) {
-    return errnoError(fmt::format("TCP: bind to {} for rank {}", addr.str(), ctx.peer),
-                      errno);
+    return errnoError(fmt::format("TCP: bind to {} for rank {}", addr.str(), ctx.peer), errno);
   }
   if (listen(lfd.get(), 16) != 0) return errnoError("TCP: listen", errno);
   SockAddr bound;

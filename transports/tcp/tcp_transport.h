@@ -27,7 +27,7 @@
 #include <atomic>
 #include <memory>
 
-#include "core/transport.h"
+#include "transports/transport.h"
 
 namespace tutti::transport::tcp {
 

@@ -13,7 +13,7 @@
 #include <chrono>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace tutti::net {
 

@@ -1,11 +1,11 @@
-#include "core/backoff.h"
+#include "base/backoff.h"
 
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-namespace tutti::core {
+namespace tutti::base {
 
 int usableCpus() {
   cpu_set_t set;
@@ -26,4 +26,4 @@ uint64_t Backoff::spinItersFor(std::chrono::microseconds d) {
   return std::max<uint64_t>(32, static_cast<uint64_t>(d.count() * 1000.0 / perPause));
 }
 
-}  // namespace tutti::core
+}  // namespace tutti::base

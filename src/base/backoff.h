@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <thread>
 
-namespace tutti::core {
+namespace tutti::base {
 
 // CPUs this process may run on (its affinity mask), at least 1.
 int usableCpus();
@@ -81,4 +81,4 @@ class Backoff {
   Clock::time_point since_{};
 };
 
-}  // namespace tutti::core
+}  // namespace tutti::base

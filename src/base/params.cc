@@ -1,4 +1,4 @@
-#include "core/params.h"
+#include "base/params.h"
 
 #include <unistd.h>
 
@@ -12,18 +12,27 @@
 #include <mutex>
 #include <set>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace tutti::params {
 namespace {
 
-std::mutex g_mu;
-bool g_loaded = false;
-std::map<std::string, Setting> g_file;  // values from config files, with their file
-std::vector<std::string> g_unreadable;  // "VAR=path (reason)": named config files not read
-std::set<std::string> g_warned;         // names warned about (bad value, below minimum)
-std::set<std::string> g_read;           // names looked up through get()
-bool g_reported = false;                // reportEnvironment() has run
+// The process's parameter state. Allocated once and never destroyed: threads
+// tutti detaches (the bootstrap root) may look a parameter up while the
+// process exits, after static destructors would have run.
+struct State {
+  std::mutex mu;
+  bool loaded = false;
+  std::map<std::string, Setting> file;  // values from config files, with their file
+  std::vector<std::string> unreadable;  // "VAR=path (reason)": named config files not read
+  std::set<std::string> warned;         // names warned about (bad value, below minimum)
+  std::set<std::string> read;           // names looked up through get()
+  bool reported = false;                // reportEnvironment() has run
+};
+State& state() {
+  static State* s = new State();
+  return *s;
+}
 
 std::string trim(const std::string& s) {
   size_t b = 0, e = s.size();
@@ -38,7 +47,8 @@ void loadFile(const std::string& path, const char* namedBy) {
   std::ifstream in(path);
   if (!in) {
     if (namedBy)
-      g_unreadable.push_back(std::string(namedBy) + "=" + path + " (" + std::strerror(errno) + ")");
+      state().unreadable.push_back(std::string(namedBy) + "=" + path + " (" + std::strerror(errno) +
+                                   ")");
     return;
   }
   std::string line;
@@ -50,13 +60,14 @@ void loadFile(const std::string& path, const char* namedBy) {
     std::string key = trim(line.substr(0, eq));
     std::string val = trim(line.substr(eq + 1));
     if (key.empty()) continue;
-    g_file.emplace(key, Setting{val, path});  // first file read wins (highest precedence first)
+    state().file.emplace(key,
+                         Setting{val, path});  // first file read wins (highest precedence first)
   }
 }
 
 void ensureLoaded() {
-  if (g_loaded) return;
-  g_loaded = true;
+  if (state().loaded) return;
+  state().loaded = true;
   if (const char* p = std::getenv("TUTTI_CONF_FILE"); p && *p) loadFile(p, "TUTTI_CONF_FILE");
   if (const char* p = std::getenv("NCCL_CONF_FILE"); p && *p) loadFile(p, "NCCL_CONF_FILE");
   if (const char* home = std::getenv("HOME")) {
@@ -71,8 +82,8 @@ void ensureLoaded() {
 // left to reportEnvironment()'s WARN (a "set by" line would suggest they work).
 void announce(const char* name, const std::optional<Setting>& s) {
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (!g_read.insert(name).second) return;
+    std::lock_guard<std::mutex> lk(state().mu);
+    if (!state().read.insert(name).second) return;
   }
   if (!s) return;
   const Known* k = findKnown(name);
@@ -270,10 +281,10 @@ const Known* findKnown(const std::string& name) {
 
 std::optional<Setting> lookup(const char* name) {
   if (const char* v = std::getenv(name)) return Setting{v, ""};
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::mutex> lk(state().mu);
   ensureLoaded();
-  auto it = g_file.find(name);
-  if (it == g_file.end()) return std::nullopt;
+  auto it = state().file.find(name);
+  if (it == state().file.end()) return std::nullopt;
   return it->second;
 }
 
@@ -329,8 +340,8 @@ int64_t getInt(const char* name, int64_t dflt) {
   if (!parsed) {
     bool first;
     {
-      std::lock_guard<std::mutex> lk(g_mu);
-      first = g_warned.insert(name).second;
+      std::lock_guard<std::mutex> lk(state().mu);
+      first = state().warned.insert(name).second;
     }
     if (first) TUTTI_WARN("Invalid value '{}' for {}, using default {}", *v, name, dflt);
     return dflt;
@@ -343,8 +354,8 @@ int64_t getIntAtLeast(const char* name, int64_t dflt, int64_t min) {
   if (v >= min) return v;
   bool first;
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    first = g_warned.insert(std::string(name) + "<min").second;
+    std::lock_guard<std::mutex> lk(state().mu);
+    first = state().warned.insert(std::string(name) + "<min").second;
   }
   if (first) {
     const std::string set = get(name).value_or(std::to_string(v));
@@ -378,9 +389,9 @@ std::vector<std::string> ineffectiveSettings() {
     set.emplace(std::string(*e, static_cast<size_t>(eq - *e)), Setting{eq + 1, ""});
   }
   {
-    std::lock_guard<std::mutex> lk(g_mu);
+    std::lock_guard<std::mutex> lk(state().mu);
     ensureLoaded();
-    for (const auto& [name, s] : g_file)
+    for (const auto& [name, s] : state().file)
       if (name.compare(0, 5, "NCCL_") == 0) set.emplace(name, s);  // the environment wins
   }
   std::vector<std::string> out;
@@ -397,9 +408,9 @@ std::vector<std::string> ineffectiveSettings() {
 
 void reportEnvironment() {
   {
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (g_reported) return;
-    g_reported = true;
+    std::lock_guard<std::mutex> lk(state().mu);
+    if (state().reported) return;
+    state().reported = true;
   }
   // The logger reads these itself (without recording them, to avoid
   // recursion); their "set by" lines are printed here.
@@ -408,9 +419,9 @@ void reportEnvironment() {
     (void)get(n);
   std::vector<std::string> unreadable;
   {
-    std::lock_guard<std::mutex> lk(g_mu);
+    std::lock_guard<std::mutex> lk(state().mu);
     ensureLoaded();
-    unreadable = g_unreadable;
+    unreadable = state().unreadable;
   }
   for (const std::string& u : unreadable)
     TUTTI_WARN("config file {} cannot be read; none of its settings apply", u);
@@ -418,13 +429,13 @@ void reportEnvironment() {
 }
 
 void resetForTesting() {
-  std::lock_guard<std::mutex> lk(g_mu);
-  g_loaded = false;
-  g_file.clear();
-  g_unreadable.clear();
-  g_warned.clear();
-  g_read.clear();
-  g_reported = false;
+  std::lock_guard<std::mutex> lk(state().mu);
+  state().loaded = false;
+  state().file.clear();
+  state().unreadable.clear();
+  state().warned.clear();
+  state().read.clear();
+  state().reported = false;
 }
 
 }  // namespace tutti::params

@@ -21,7 +21,7 @@ extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
 #endif
 
-namespace tutti::core {
+namespace tutti::base {
 
 inline void tsanRelease(const void* buf) {
 #ifdef TUTTI_TSAN
@@ -39,4 +39,4 @@ inline void tsanAcquire(const void* buf) {
 #endif
 }
 
-}  // namespace tutti::core
+}  // namespace tutti::base
