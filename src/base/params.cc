@@ -34,6 +34,13 @@ State& state() {
   return *s;
 }
 
+// True the first time `key` enters `seen` (one of State's sets), under the
+// lock: each "once per process" message of this file goes through it.
+bool firstTime(std::set<std::string> State::*seen, std::string key) {
+  std::lock_guard<std::mutex> lk(state().mu);
+  return (state().*seen).insert(std::move(key)).second;
+}
+
 std::string trim(const std::string& s) {
   size_t b = 0, e = s.size();
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
@@ -81,11 +88,7 @@ void ensureLoaded() {
 // The first lookup of a set name prints NCCL's line; names with no effect are
 // left to reportEnvironment()'s WARN (a "set by" line would suggest they work).
 void announce(const char* name, const std::optional<Setting>& s) {
-  {
-    std::lock_guard<std::mutex> lk(state().mu);
-    if (!state().read.insert(name).second) return;
-  }
-  if (!s) return;
+  if (!firstTime(&State::read, name) || !s) return;
   const Known* k = findKnown(name);
   if (k && k->effect == Effect::kNoEffect) return;
   if (s->file.empty())
@@ -338,12 +341,8 @@ int64_t getInt(const char* name, int64_t dflt) {
   if (!v) return dflt;
   auto parsed = parseInt(*v);
   if (!parsed) {
-    bool first;
-    {
-      std::lock_guard<std::mutex> lk(state().mu);
-      first = state().warned.insert(name).second;
-    }
-    if (first) TUTTI_WARN("Invalid value '{}' for {}, using default {}", *v, name, dflt);
+    if (firstTime(&State::warned, name))
+      TUTTI_WARN("Invalid value '{}' for {}, using default {}", *v, name, dflt);
     return dflt;
   }
   return *parsed;
@@ -352,15 +351,10 @@ int64_t getInt(const char* name, int64_t dflt) {
 int64_t getIntAtLeast(const char* name, int64_t dflt, int64_t min) {
   const int64_t v = getInt(name, dflt);
   if (v >= min) return v;
-  bool first;
-  {
-    std::lock_guard<std::mutex> lk(state().mu);
-    first = state().warned.insert(std::string(name) + "<min").second;
-  }
-  if (first) {
-    const std::string set = get(name).value_or(std::to_string(v));
-    TUTTI_WARN("{}={} is below the minimum tutti accepts; using {} ({} bytes)", name, set,
-               formatSize(min), min);
+  if (firstTime(&State::warned, std::string(name) + "<min")) {
+    const auto set = lookup(name);  // the value as written, "1K"
+    TUTTI_WARN("{}={} is below the minimum tutti accepts; using {} ({} bytes)", name,
+               set ? set->value : std::to_string(v), formatSize(min), min);
   }
   return min;
 }
