@@ -662,6 +662,14 @@ struct Buffers {
   }
 };
 
+// The size after `size` in the sweep: times -f, else plus -i; 0 once that
+// would overflow (a real next size is never 0).
+size_t nextSize(const Options& o, size_t size) {
+  const size_t next =
+      o.step_factor > 1 ? (size == 0 ? 1 : size * o.step_factor) : size + o.step_bytes;
+  return next <= size ? 0 : next;
+}
+
 // One half (out-of-place or in-place) of a row, for the table and -J.
 struct HalfResult {
   double time_us = 0;
@@ -683,15 +691,8 @@ struct Timing {
   std::vector<double> iter_sec;  // -I: each outer iteration per operation, this rank
 };
 
-// Resident set size of this process in bytes (/proc/self/statm), or its
-// peak (VmHWM in /proc/self/status); 0 when unknown.
-long long residentNow() {
-  std::ifstream f("/proc/self/statm");
-  long long pages_total = 0, pages_resident = 0;
-  if (!(f >> pages_total >> pages_resident)) return 0;
-  return pages_resident * static_cast<long long>(sysconf(_SC_PAGESIZE));
-}
-
+// The peak resident set size of this process (VmHWM in /proc/self/status;
+// residentBytes() is the current one); 0 when unknown.
 long long residentPeak() {
   std::ifstream f("/proc/self/status");
   std::string key;
@@ -781,7 +782,7 @@ class Runner {
   // nccl-tests' warm-up: -w calls at every size from -b to -e, doubling.
   void warmup(const Case& c);
   Counts counts(const Case& c, size_t size) const {
-    return countsFor(c.coll->coll, size / elem_, ctx_.nranks, elem_, spread_);
+    return countsFor(c.coll->coll, size / elem_, ctx_.nranks, elem_, c.spread);
   }
   // -R: registers the buffers the operations run on (reg_note_ says how).
   void registerBuffers();
@@ -843,7 +844,6 @@ class Runner {
   double bw_sum_ = 0;
   long bw_count_ = 0;
   int mismatch_reports_ = 0;
-  double spread_ = 1;  // NCCL_TESTS_ALLTOALLV_SPREAD
   // -R: the registration handles, and how they were made.
   void* reg_send_ = nullptr;
   void* reg_recv_ = nullptr;
@@ -1165,10 +1165,10 @@ int64_t Runner::checkOnce(const Case& c, size_t size, bool in_place, const Count
       const size_t total = cnt * n * t.size;
       size_t at = 0;
       for (int src = 0; src < n; ++src) {
-        const size_t seg = alltoallvPeerBytes(src, rank, n, total, spread_) / t.size;
+        const size_t seg = alltoallvPeerBytes(src, rank, n, total, c.spread) / t.size;
         size_t from = 0;
         for (int before = 0; before < rank; ++before)
-          from += alltoallvPeerBytes(src, before, n, total, spread_) / t.size;
+          from += alltoallvPeerBytes(src, before, n, total, c.spread) / t.size;
         for (size_t e = 0; e < seg; ++e) checkRaw(at + e, src, from + e);
         at += seg;
       }
@@ -1433,13 +1433,8 @@ void Runner::runCase(const Case& c0) {
         jsonRow(c, bytes, k, half, ratio);
         progress(bytes, c);
       }
-      size_t next;
-      if (opts_.step_factor > 1) {
-        next = size == 0 ? 1 : size * opts_.step_factor;
-      } else {
-        next = size + opts_.step_bytes;
-      }
-      if (next <= size) break;  // overflow
+      const size_t next = nextSize(opts_, size);
+      if (next == 0) break;
       size = next;
     }
   }
@@ -1640,20 +1635,14 @@ void Runner::finishJson(double avg_bw, double min_bw) {
 
 int Runner::run() {
   const int n = ctx_.nranks;
-  rss_after_init_ = residentNow();
-  if (opts_.coll->coll == Coll::kHyperCube && (n & (n - 1)) != 0) {
-    if (ctx_.rank == 0) {
-      std::fprintf(stderr,
-                   "tutti-perf: hypercube needs a power-of-two number of ranks; there are %d\n", n);
-    }
-    return kExitUsage;
-  }
+  rss_after_init_ = residentBytes();
+  double spread = 1;  // alltoallv's pattern
   if (const char* sp = std::getenv("NCCL_TESTS_ALLTOALLV_SPREAD")) {
     // nccl-tests: a number, clamped to [0, 1]; anything else keeps 1.
     char* end = nullptr;
     errno = 0;
     const double v = std::strtod(sp, &end);
-    if (end != sp && *end == '\0' && errno != ERANGE) spread_ = std::min(1.0, std::max(0.0, v));
+    if (end != sp && *end == '\0' && errno != ERANGE) spread = std::min(1.0, std::max(0.0, v));
   }
   // -J: rank 0 opens its file; every rank stops if it cannot.
   int json_ok = ctx_.rank == 0 ? (openJson() ? 1 : 0) : 1;
@@ -1731,7 +1720,7 @@ int Runner::run() {
     if (rc != kExitOk) return rc;
   }
   registerBuffers();
-  rss_after_buffers_ = residentNow();
+  rss_after_buffers_ = residentBytes();
 
   // Progress on stderr (rank 0): TUTTI_PERF_PROGRESS=1 every row, =0 never;
   // by default every row on a terminal when there are 8 rows or more, and
@@ -1740,9 +1729,8 @@ int Runner::run() {
     long sizes = 0;
     for (size_t size = opts_.min_bytes; size <= opts_.max_bytes;) {
       ++sizes;
-      const size_t next = opts_.step_factor > 1 ? (size == 0 ? 1 : size * opts_.step_factor)
-                                                : size + opts_.step_bytes;
-      if (next <= size) break;
+      const size_t next = nextSize(opts_, size);
+      if (next == 0) break;
       size = next;
     }
     rows_total_ =
@@ -1767,7 +1755,7 @@ int Runner::run() {
     buf_.shift(static_cast<size_t>(opts_.unalign) * t->size);  // -u
     for (Op op : opts_.ops) {
       Case c{opts_.coll, t, op, builtinOp(op), 0};
-      c.spread = spread_;
+      c.spread = spread;
       if (device_) c.copy = mem_.memcpy;
       bool created = false;
       if (op == Op::kPreMulSum) {
@@ -1929,7 +1917,12 @@ int runBenchmark(const Options& opts, const RankContext& ctx) {
   return runner.run();
 }
 
-long long residentBytes() { return residentNow(); }
+long long residentBytes() {
+  std::ifstream f("/proc/self/statm");
+  long long pages_total = 0, pages_resident = 0;
+  if (!(f >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<long long>(sysconf(_SC_PAGESIZE));
+}
 
 const std::string& jsonFileWritten() { return g_json_written; }
 

@@ -265,12 +265,6 @@ int runForked(const Options& opts) {
                  opts.root, np, np - 1);
     return kExitUsage;
   }
-  if (opts.coll->coll == Coll::kHyperCube && (np & (np - 1)) != 0) {
-    std::fprintf(stderr,
-                 "tutti-perf: hypercube needs a power-of-two number of ranks: --np %d is not one\n",
-                 np);
-    return kExitUsage;
-  }
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = getpid();

@@ -76,6 +76,16 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   const bool local = env.kind == LaunchEnv::Kind::kLocal;
+  // Before any rank starts, with --np or under a launcher alike.
+  const int nranks = local ? opts.np : env.size;
+  if (opts.coll->coll == Coll::kHyperCube && (nranks & (nranks - 1)) != 0) {
+    if (env.rank == 0) {
+      std::fprintf(stderr,
+                   "tutti-perf: hypercube needs a power-of-two number of ranks: %d is not one\n",
+                   nranks);
+    }
+    return kExitUsage;
+  }
   if (env.rank == 0) {
     for (const std::string& note : opts.notes)
       std::fprintf(stderr, "tutti-perf: %s\n", note.c_str());
