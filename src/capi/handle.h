@@ -1,4 +1,6 @@
-// What ncclComm_t points to, and the registry of live handles.
+// What ncclComm_t points to, and the registry of live handles. A handle holds
+// what the C boundary needs (init arguments and state, the last error); the
+// communicator's state is tutti::core::Comm.
 //
 // A handle is valid from ncclCommInit* until ncclCommDestroy/Abort; the
 // registry lets every API call reject a NULL, destroyed or foreign pointer
@@ -10,11 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
-#include <vector>
 
-#include "capi/device_ipc.h"
-#include "capi/device_staging.h"
 #include "core/backend.h"
 #include "core/comm.h"
 #include "nccl.h"
@@ -22,47 +20,24 @@
 struct ncclComm {
   static constexpr uint64_t kMagic = 0x7475747469636f6dull;  // "tutticom"
   uint64_t magic = kMagic;
+  // The communicator itself, once initialisation has succeeded.
   std::unique_ptr<tutti::core::Comm> impl;
+  // What ncclCommInit* was given: the communicator is created from these
+  // (at once, at ncclGroupEnd, or on initThread for a non-blocking one).
   int nranks = 0;
   int rank = -1;
+  tutti::core::UniqueIdData id{};
+  tutti::core::CommConfig config;
+  tutti::core::Backend* backend = nullptr;  // the process's device backend
+  int device = 0;                           // the device this rank is bound to
   // Initialisation state: ncclInProgress while a deferred or non-blocking
   // init runs, then its result.
   std::atomic<int> initState{ncclInProgress};
   std::thread initThread;
-  tutti::core::UniqueIdData id{};
-  tutti::core::CommConfig config;
   bool finalized = false;
-  uint64_t splitSeq = 0;
-  // The process's device backend and the device this communicator is bound
-  // to (the backend's current device at init; devlist[i] for ncclCommInitAll).
-  tutti::core::Backend* backend = nullptr;
-  int device = 0;
-  // Pinned host memory that device buffers are staged through (grown on
-  // demand, freed with the communicator; used under impl->mutex()).
-  tutti::capi::PinnedBuffer staging;
-  // Collectives on device memory device to device between the processes of
-  // one host (negotiated at init; null when not used).
-  std::unique_ptr<tutti::capi::DeviceIpc> ipc;
-
-  struct UserOp {
-    bool live = false;
-    int dt;           // ncclDataType_t, validated
-    int residence;    // ncclScalarResidence_t, validated
-    const void* ptr;  // ncclScalarDevice: read at each use
-    double value;     // ncclScalarHostImmediate: read at creation
-    uint64_t raw;     // ncclScalarHostImmediate: the scalar's bytes
-  };
-  std::vector<UserOp> userOps;
-  std::unordered_set<void*> registrations;
-
-  // The executor's work for the last collective this communicator ran on its
-  // own (outside a group, on host memory), and the call it was built for: a
-  // next call of the same shape reuses it (capi/nccl_api.cc, runAlone).
-  struct LastWork;
-  std::shared_ptr<LastWork> lastWork;
 
   std::mutex errMu;
-  std::string lastError;
+  std::string lastError;  // ncclGetLastError(comm)
 };
 
 namespace tutti::capi {

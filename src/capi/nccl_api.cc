@@ -1,19 +1,13 @@
 // The NCCL C API on top of tutti::core. Every function: validate, call into
-// C++, map errors (errors.h). Host-memory semantics: see docs/api.md.
+// the core, map errors (errors.h). Host-memory semantics: see docs/api.md.
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <type_traits>
 
-#include "algo/cost_model.h"
-#include "algo/schedule.h"
-#include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -21,10 +15,10 @@
 #include "capi/export.h"
 #include "capi/handle.h"
 #include "capi/ops.h"
-#include "compress/wire.h"
 #include "core/backend.h"
 #include "core/bootstrap.h"
-#include "core/executor.h"
+#include "core/group.h"
+#include "core/staging.h"
 #include "tutti/tutti.h"
 
 using tutti::Status;
@@ -50,29 +44,14 @@ int rawEnum(const E& e) {
 
 // ---- groups ------------------------------------------------------------------
 
-struct PendingOp {
-  ncclComm* comm;
-  Collective coll;
-  const void* send;
-  void* recv;
-  size_t count;
-  int dt;  // raw values as passed (see rawEnum), validated
-  int op;
-  int root;  // root, or peer for send/recv
-  // Compressed all-reduce (float32): the wire format, and where its state
-  // (residuals) and counters live. fp16 with needsScale: the scale exponent is
-  // agreed by all ranks when the group runs (agreeScales).
-  algo::WireSpec wire{};
-  bool needsScale = false;
-  float* state = nullptr;
-  uint64_t* wireBytes = nullptr;
-  core::Queue stream = nullptr;  // the caller's stream: the backend queue to order with
-};
-
+// The calling thread's ncclGroupStart/End: communicators to initialise and
+// operations to run when the outermost ncclGroupEnd comes (core/group.h plans
+// and runs them), with the handle each operation was called on.
 struct GroupState {
   int depth = 0;
   std::vector<ncclComm*> inits;
-  std::vector<PendingOp> ops;
+  std::vector<core::Op> ops;
+  std::vector<ncclComm*> handles;       // of ops[i]
   ncclResult_t deferred = ncclSuccess;  // first error seen inside the group
 };
 thread_local GroupState t_group;
@@ -90,7 +69,9 @@ const char* typeName(int t) {
                                     : "invalid";
 }
 
-ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
+}  // namespace
+
+ncclResult_t tutti::capi::checkComm(ncclComm_t comm, const char* fn, bool needReady) {
   if (!comm) return fail(ncclInvalidArgument, std::string(fn) + ": comm is NULL");
   if (!tutti::capi::isLiveComm(comm))
     return fail(
@@ -119,6 +100,10 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true) {
   return ncclSuccess;
 }
 
+namespace {
+
+using tutti::capi::checkComm;
+
 ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {
   if (dt < 0 || dt >= ncclNumTypes)
     return fail(ncclInvalidArgument, std::string(fn) + ": invalid datatype " + std::to_string(dt),
@@ -129,110 +114,37 @@ ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {
 ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
   int v = op;
   if (v >= 0 && v < ncclNumOps) return ncclSuccess;
+  const auto& userOps = comm->impl->userOps();
   size_t idx = static_cast<size_t>(v) - ncclNumOps;
-  if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
+  if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
     return fail(ncclInvalidArgument,
                 std::string(fn) + ": invalid reduction op " + std::to_string(v) +
                     " (not built-in and not created on this communicator)",
                 comm);
-  if (comm->userOps[idx].dt != dt)
+  if (userOps[idx].dt != dt)
     return fail(ncclInvalidArgument,
                 fmt::format("{}: reduction op {} was created for datatype {} but the call uses {}",
-                            fn, v, typeName(comm->userOps[idx].dt), typeName(dt)),
+                            fn, v, typeName(userOps[idx].dt), typeName(dt)),
                 comm);
   return ncclSuccess;
 }
 
-algo::ReduceSpec makeSpec(ncclComm* comm, int dt, int op) {
-  algo::ReduceSpec s;
-  s.dt = static_cast<tutti::DataType>(dt);
-  int v = op;
-  if (v == ncclAvg) {
-    if (tutti::isFloating(s.dt)) {
-      s.op = tutti::RedOp::kPreMulSum;
-      s.scalar = 1.0 / comm->nranks;
-    } else {
-      s.op = tutti::RedOp::kSum;
-      s.divisor = comm->nranks;
-    }
-  } else if (v < ncclNumOps) {
-    s.op = static_cast<tutti::RedOp>(v);
-  } else {
-    const auto& u = comm->userOps[v - ncclNumOps];
-    s.op = tutti::RedOp::kPreMulSum;
-    if (u.residence == ncclScalarHostImmediate) {
-      s.scalar = u.value;
-    } else if (comm->backend->isDevice(u.ptr)) {
-      // A scalar in device memory: read through the backend at each use.
-      uint64_t raw = 0;
-      Status st = comm->backend->copy(&raw, u.ptr, tutti::dataTypeSize(s.dt));
-      if (!st) TUTTI_WARN("reading the PreMulSum scalar: {} (using 0)", st.message());
-      s.scalar = tutti::cpu::scalarValue(&raw, u.dt);
-    } else {
-      s.scalar = tutti::cpu::scalarValue(u.ptr, u.dt);
-    }
-  }
-  return s;
+// The handle of `impl` among `handles` (where a core error is recorded).
+ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles) {
+  for (ncclComm* h : handles)
+    if (h->impl.get() == impl) return h;
+  return handles.empty() ? nullptr : handles[0];
 }
 
-bool isReducing(Collective c) {
-  return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
-}
-
-// How an operation's values combine: the reduction for reducing
-// collectives, plain data movement otherwise; always with its datatype.
-algo::ReduceSpec specOf(ncclComm* comm, const PendingOp& o) {
-  algo::ReduceSpec s = isReducing(o.coll) ? makeSpec(comm, o.dt, o.op) : algo::ReduceSpec{};
-  s.dt = static_cast<tutti::DataType>(o.dt);
-  return s;
-}
-
-// The operation as a one-shot collective, when the communicator's arena
-// takes it (same answer on every rank: it depends on collective, count and
-// datatype only).
-bool oneShotOp(ncclComm* comm, const PendingOp& o, core::OneShotOp* out) {
-  core::OneShot* os = comm->impl->oneShot();
-  // Compressed operations and counted ones (a compressor's exact calls) need
-  // the executor: the arena has no wire format and sends no messages.
-  if (!os || o.count == 0 || o.wire.format != algo::Wire::kRaw || o.wireBytes) return false;
-  size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt));
-  bool direct = false;
-  if (!os->takes(o.coll, o.count, es, &direct)) return false;
-  out->direct = direct;
-  out->coll = o.coll;
-  out->send = static_cast<const uint8_t*>(o.send);
-  out->recv = static_cast<uint8_t*>(o.recv);
-  out->count = o.count;
-  out->elemSize = es;
-  out->spec = specOf(comm, o);
-  out->root = o.root;
-  out->redop = o.op;
-  return true;
-}
-
-// Validates and records one operation; runs it unless inside a group.
-ncclResult_t enqueue(const char* fn, PendingOp op);
 ncclResult_t groupEndImpl();
-
-// What TUTTI_COMPRESSION asks of a plain ncclAllReduce on `comm` (float32
-// sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
-// several nodes): fp16 or bf16 on the wire, or nothing.
-algo::Wire envCompression(ncclComm* comm, size_t bytes, int dt, int op) {
-  if (dt != ncclFloat32 || (op != ncclSum && op != ncclAvg) || comm->nranks < 2)
-    return algo::Wire::kRaw;
-  const std::string& mode = comm->impl->compressionEnv();
-  if (mode.empty() || bytes < comm->impl->compressionMinBytes()) return algo::Wire::kRaw;
-  if (comm->impl->nodeMap().nNodes() < 2) return algo::Wire::kRaw;
-  return mode == "fp16" ? algo::Wire::kHalf : algo::Wire::kBf16;
-}
 
 ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
                         int dt, int op, int root, ncclComm_t comm, cudaStream_t stream,
-                        const tutti::capi::Compressed* compressed = nullptr) {
+                        const core::Compressed* compressed = nullptr) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
-  if (isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
+  if (core::isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
   const int n = comm->nranks, r = comm->rank;
   bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
                 coll == Collective::kGather || coll == Collective::kScatter;
@@ -254,7 +166,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
   if (count > 0) {
     // The buffers this rank uses (a broadcast's non-root sends nothing, ...).
     size_t sendBytes = 0, recvBytes = 0;
-    tutti::capi::ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
+    core::ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
     if (sendBytes && !send)
       return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
     if (recvBytes && !recv)
@@ -264,322 +176,34 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
              "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
-  PendingOp pending{comm, coll, send, recv, count, dt, op, root};
-  pending.stream = reinterpret_cast<core::Queue>(stream);
+  core::Op o;
+  o.comm = comm->impl.get();
+  o.coll = coll;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  o.root = root;
+  o.stream = reinterpret_cast<core::Queue>(stream);
   if (compressed) {
-    pending.wire = compressed->wire;
-    pending.needsScale = compressed->wire.format == algo::Wire::kHalf;
-    pending.state = compressed->state;
-    pending.wireBytes = compressed->wireBytes;
+    o.compress(*compressed);
   } else if (coll == Collective::kAllReduce && count > 0) {
-    pending.wire.format = envCompression(comm, count * es, dt, op);
-    pending.needsScale = pending.wire.format == algo::Wire::kHalf;
+    o.wire.format = core::envCompression(*o.comm, count * es, dt, op);
+    o.needsScale = o.wire.format == algo::Wire::kHalf;
   }
-  return enqueue(fn, pending);
-}
-
-ncclResult_t runAlone(const PendingOp& op);
-ncclResult_t fromStatusOfGroup(const Status& st, const std::vector<ncclComm*>& comms);
-
-ncclResult_t enqueue(const char*, PendingOp op) {
-  core::OneShotOp small;
-  // (Device backends stage buffers in groupEndImpl first.)
-  if (t_group.depth == 0 && op.comm->backend->hostOnly()) {
-    if (oneShotOp(op.comm, op, &small)) {
-      // The latency path: no group bookkeeping, no schedule, no executor.
-      tutti::log::setThreadRank(op.comm->rank);
-      std::lock_guard<std::mutex> lk(op.comm->impl->mutex());
-      Status st = op.comm->impl->oneShot()->run(small);
-      return st ? ncclSuccess : fromStatus(st, op.comm);
-    }
-    // A plain collective on its own: what ncclGroupEnd would do for it, without the group.
-    const bool plain = op.coll != Collective::kSend && op.coll != Collective::kRecv &&
-                       op.wire.format == algo::Wire::kRaw && !op.needsScale && !op.state &&
-                       !op.wireBytes && !op.comm->ipc;
-    if (plain) return runAlone(op);
+  if (t_group.depth > 0) {
+    t_group.ops.push_back(o);
+    t_group.handles.push_back(comm);
+    return ncclSuccess;
   }
-  t_group.ops.push_back(op);
-  if (t_group.depth > 0) return ncclSuccess;
-  return groupEndImpl();
-}
-
-bool inPlaceOf(const PendingOp& o, size_t es) {
-  auto s = reinterpret_cast<uintptr_t>(o.send), d = reinterpret_cast<uintptr_t>(o.recv);
-  size_t blk = o.count * es;
-  int r = o.comm->rank;
-  switch (o.coll) {
-    case Collective::kAllGather:
-      return s == d + r * blk;
-    case Collective::kReduceScatter:
-      return d == s + r * blk;
-    case Collective::kGather:
-      return s == d + r * blk;
-    case Collective::kScatter:
-      return d == s + r * blk;
-    default:
-      return s == d;
-  }
-}
-
-// The INFO line that says which algorithm runs an operation.
-void logAlgorithm(ncclComm* comm, const PendingOp& o, const algo::Schedule& s) {
-  // NCCL_ALGO is honoured when it names what runs (a two-level algorithm on
-  // one node runs as the ring).
-  const std::string& algoEnv = comm->impl->algoEnv();
-  const auto forcedAlgo = comm->impl->forcedAlgo();
-  const bool forced = forcedAlgo != algo::CollArgs::Algo::kAuto &&
-                      (o.coll == Collective::kAllReduce || o.coll == Collective::kAllGather ||
-                       o.coll == Collective::kReduceScatter) &&
-                      s.algorithm == algo::algoName(forcedAlgo);
-  TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
-             algo::collectiveName(o.coll), o.count, typeName(o.dt), comm->nranks, s.algorithm,
-             algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
-             algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"));
-}
-
-// Builds the work of one communicator for the operations of a group.
-Status buildWork(ncclComm* comm, const std::vector<const PendingOp*>& ops, core::Work* w) {
-  w->comm = comm->impl.get();
-  const size_t chunk = comm->impl->chunkBytes();
-  // Instance 0 holds every point-to-point operation of the group (absolute
-  // addresses); collectives follow in call order, so both sides of any pair
-  // agree on instance numbers whatever the interleaving.
-  algo::Schedule p2p;
-  p2p.spec.dt = tutti::DataType::kUint8;
-  p2p.algorithm = "p2p";
-  std::map<int, uint64_t> sendK, recvK;
-  std::vector<const PendingOp*> selfSends, selfRecvs;
-  w->schedules.push_back(algo::Schedule());
-  w->buffers.push_back({nullptr, nullptr, nullptr, nullptr, nullptr});
-  w->descriptions.push_back("p2p");
-  w->wireBytes.push_back(nullptr);
-  std::vector<size_t> scratchOff;
-  size_t scratchTotal = 0;
-  for (const PendingOp* o : ops) {
-    size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o->dt));
-    size_t bytes = o->count * es;
-    if (o->coll == Collective::kSend || o->coll == Collective::kRecv) {
-      if (bytes == 0) continue;
-      int peer = o->root;
-      if (peer == comm->rank) {
-        (o->coll == Collective::kSend ? selfSends : selfRecvs).push_back(o);
-        continue;
-      }
-      if (o->coll == Collective::kSend)
-        algo::appendSend(&p2p, peer, sendK[peer]++ << 32,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->send)}, bytes, chunk);
-      else
-        algo::appendRecv(&p2p, peer, recvK[peer]++ << 32,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->recv)}, bytes, chunk);
-      continue;
-    }
-    if (o->count == 0) continue;
-    core::OneShotOp small;
-    if (oneShotOp(comm, *o, &small)) {
-      TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm {}",
-                 algo::collectiveName(o->coll), o->count, typeName(o->dt), comm->nranks,
-                 small.direct ? "single-copy" : "one-shot");
-      w->small.push_back(small);
-      continue;
-    }
-    algo::CollArgs a;
-    a.coll = o->coll;
-    a.rank = comm->rank;
-    a.nranks = comm->nranks;
-    a.count = o->count;
-    a.elemSize = es;
-    a.spec = specOf(comm, *o);
-    a.root = o->root;
-    a.inPlace = inPlaceOf(*o, es);
-    a.chunkBytes = chunk;
-    a.rdMaxBytes = comm->impl->rdMaxBytes();
-    a.nodes = &comm->impl->nodeMap();
-    a.sharedMemory = comm->impl->sharedMemory();
-    a.cost = &comm->impl->costModel();
-    if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
-        o->coll == Collective::kReduceScatter)
-      a.algo = comm->impl->forcedAlgo();
-    algo::Schedule s;
-    if (o->wire.format == algo::Wire::kSign) {
-      s = tutti::compress::signAllReduce(a);
-    } else {
-      if (o->wire.format != algo::Wire::kRaw) {
-        // Recursive doubling rounds each pair's sum from two different
-        // halves (each side's own input exact, the other's encoded), so the
-        // ranks would not end bit-identical: rings and two-level only.
-        a.rdMaxBytes = 0;
-        const auto chosen = algo::chooseAllReduce(a);
-        if (chosen == algo::CollArgs::Algo::kRecursiveDoubling ||
-            chosen == algo::CollArgs::Algo::kRabenseifner)
-          a.algo = algo::CollArgs::Algo::kRing;
-      }
-      s = algo::makeSchedule(a);
-      if (o->wire.format != algo::Wire::kRaw) {
-        tutti::compress::applyWire(&s, a, o->wire);
-        s.algorithm += o->wire.format == algo::Wire::kHalf ? "+fp16" : "+bf16";
-      }
-    }
-    logAlgorithm(comm, *o, s);
-    scratchOff.push_back(scratchTotal);
-    scratchTotal += (s.scratchBytes + 63) / 64 * 64;
-    w->schedules.push_back(std::move(s));
-    w->buffers.push_back({static_cast<uint8_t*>(const_cast<void*>(o->send)),
-                          static_cast<uint8_t*>(o->recv), nullptr, nullptr,
-                          reinterpret_cast<uint8_t*>(o->state)});
-    w->descriptions.push_back(algo::collectiveName(o->coll));
-    w->wireBytes.push_back(o->wireBytes);
-  }
-  if (selfSends.size() != selfRecvs.size())
-    return tutti::invalidUsage(
-        fmt::format("group has {} send(s) to self but {} receive(s) from self", selfSends.size(),
-                    selfRecvs.size()));
-  for (size_t i = 0; i < selfSends.size(); ++i) {
-    size_t sb =
-        selfSends[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfSends[i]->dt));
-    size_t rb =
-        selfRecvs[i]->count * tutti::dataTypeSize(static_cast<tutti::DataType>(selfRecvs[i]->dt));
-    if (sb != rb)
-      return tutti::invalidUsage(
-          fmt::format("send to self of {} bytes matched with a receive of {} bytes", sb, rb));
-    p2p.local.push_back({algo::LocalKind::kCopy,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfRecvs[i]->recv)},
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfSends[i]->send)},
-                         sb});
-  }
-  w->schedules[0] = std::move(p2p);
-  if (scratchTotal) {
-    TUTTI_ASSIGN_OR_RETURN(uint8_t * base, comm->impl->scratch(scratchTotal));
-    for (size_t i = 1; i < w->schedules.size(); ++i) w->buffers[i][2] = base + scratchOff[i - 1];
-  }
-  return Status::ok();
-}
-
-}  // namespace
-
-// What the last collective run alone on a communicator was built for, and its
-// work (buffers aside, a schedule depends only on these and on the
-// communicator's settings, which are fixed at init).
-struct ncclComm::LastWork {
-  bool valid = false;
-  Collective coll{};
-  size_t count = 0;
-  int dt = 0, op = 0, root = 0;
-  bool inPlace = false;
-  algo::ReduceSpec spec;
-  tutti::core::Work work;
-  std::vector<tutti::core::Work*> ptrs;
-
-  bool matches(const PendingOp& o, bool inPlaceNow, const algo::ReduceSpec& specNow) const {
-    return valid && o.coll == coll && o.count == count && o.dt == dt && o.op == op &&
-           o.root == root && inPlaceNow == inPlace && specNow.dt == spec.dt &&
-           specNow.op == spec.op && specNow.scalar == spec.scalar &&
-           specNow.divisor == spec.divisor;
-  }
-};
-
-namespace {
-
-// One collective outside a group on host memory (no compression, no device
-// IPC): builds its work as ncclGroupEnd would, or, when the communicator's
-// last such call had the same shape, reuses that work with this call's
-// buffers, so a repeated call builds no schedule and allocates nothing.
-ncclResult_t runAlone(const PendingOp& op) {
-  ncclComm* comm = op.comm;
-  tutti::log::setThreadRank(comm->rank);
-  std::lock_guard<std::mutex> lk(comm->impl->mutex());
-  if (!comm->lastWork) comm->lastWork = std::make_shared<ncclComm::LastWork>();
-  ncclComm::LastWork& last = *comm->lastWork;
-  const size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(op.dt));
-  const bool inPlace = inPlaceOf(op, es);
-  const algo::ReduceSpec spec = specOf(comm, op);
-  Status st;
-  if (last.matches(op, inPlace, spec) && last.work.schedules.size() == 2) {
-    // Instance 0 is the (empty) point-to-point schedule, 1 the collective.
-    auto& b = last.work.buffers[1];
-    b[static_cast<int>(algo::Buf::kSend)] = static_cast<uint8_t*>(const_cast<void*>(op.send));
-    b[static_cast<int>(algo::Buf::kRecv)] = static_cast<uint8_t*>(op.recv);
-    if (const size_t scratch = last.work.schedules[1].scratchBytes) {
-      // Another operation may have grown (moved) the communicator's scratch.
-      auto base = comm->impl->scratch((scratch + 63) / 64 * 64);
-      if (!base) return fromStatus(base.status(), comm);
-      b[static_cast<int>(algo::Buf::kScratch)] = *base;
-    }
-    logAlgorithm(comm, op, last.work.schedules[1]);
-  } else {
-    last.valid = false;
-    last.work = tutti::core::Work();
-    st = buildWork(comm, {&op}, &last.work);
-    if (!st) return fromStatus(st, comm);
-    last.coll = op.coll;
-    last.count = op.count;
-    last.dt = op.dt;
-    last.op = op.op;
-    last.root = op.root;
-    last.inPlace = inPlace;
-    last.spec = spec;
-    last.ptrs.assign(1, &last.work);
-    last.valid = true;
-  }
-  st = tutti::core::execute(last.ptrs);
-  return st ? ncclSuccess : fromStatusOfGroup(st, {comm});
-}
-
-// A group's execution failed: the error of the communicator it belongs to.
-ncclResult_t fromStatusOfGroup(const Status& st, const std::vector<ncclComm*>& comms) {
-  for (ncclComm* c : comms)
-    if (!c->impl->error().isOk()) return fromStatus(c->impl->error(), c);
-  return fromStatus(st, comms[0]);
-}
-
-// fp16 compression scales by a power of two chosen from the largest
-// magnitude over all ranks: one small max all-reduce (all the group's
-// compressed operations of a communicator in one vector) before the group
-// runs. bf16 has float32's range and needs none.
-Status agreeScales(const std::vector<ncclComm*>& comms,
-                   std::map<ncclComm*, std::vector<const PendingOp*>>& byComm) {
-  std::vector<std::vector<float>> maxima(comms.size());
-  std::vector<std::vector<PendingOp*>> scaled(comms.size());
-  for (size_t i = 0; i < comms.size(); ++i) {
-    for (const PendingOp* o : byComm[comms[i]]) {
-      if (!o->needsScale) continue;
-      auto* op = const_cast<PendingOp*>(o);
-      scaled[i].push_back(op);
-      maxima[i].push_back(tutti::cpu::maxAbs(static_cast<const float*>(o->send), o->count));
-    }
-  }
-  std::vector<core::Work> works;
-  works.reserve(comms.size());
-  for (size_t i = 0; i < comms.size(); ++i) {
-    if (maxima[i].empty()) continue;
-    PendingOp probe{comms[i],         Collective::kAllReduce,
-                    maxima[i].data(), maxima[i].data(),
-                    maxima[i].size(), ncclFloat32,
-                    ncclMax,          0};
-    works.emplace_back();
-    TUTTI_RETURN_IF_ERROR(buildWork(comms[i], {&probe}, &works.back()));
-  }
-  if (works.empty()) return Status::ok();
-  std::vector<core::Work*> ptrs;
-  for (auto& w : works) ptrs.push_back(&w);
-  TUTTI_RETURN_IF_ERROR(core::execute(ptrs));
-  for (size_t i = 0; i < comms.size(); ++i) {
-    for (size_t k = 0; k < scaled[i].size(); ++k) {
-      PendingOp* op = scaled[i][k];
-      // Sum: partial results reach n times the largest input; avg's 1/n is
-      // applied to each contribution before it is sent.
-      const double factor = op->op == ncclAvg ? 1.0 : comms[i]->nranks;
-      op->wire.exp = tutti::compress::halfScaleExp(maxima[i][k], factor);
-      op->needsScale = false;
-      TUTTI_INFO(tutti::log::kTuning, "fp16 compression: max |x| {} over {} ranks, scale 2^{}",
-                 maxima[i][k], comms[i]->nranks, op->wire.exp);
-    }
-  }
-  return Status::ok();
+  const core::RunResult res = core::runOne(o);
+  return res.status ? ncclSuccess : fromStatus(res.status, comm);
 }
 
 void runInit(ncclComm* c) {
   tutti::log::setThreadRank(c->rank);
-  auto res = core::Comm::create(c->id, c->rank, c->nranks, c->config);
+  auto res = core::Comm::create(c->id, c->rank, c->nranks, c->config, c->backend, c->device);
   if (!res) {
     fail(static_cast<ncclResult_t>(res.status().code()),
          fmt::format("ncclCommInitRank: rank {} of {}: {}", c->rank, c->nranks,
@@ -589,58 +213,18 @@ void runInit(ncclComm* c) {
     return;
   }
   c->impl = std::move(res.value());
-  if (c->nranks >= 2 && c->impl->allOnOneHost()) {
-    auto ipc = tutti::capi::DeviceIpc::negotiate(c->impl.get(), c->backend, c->device);
-    if (!ipc) {
-      fail(static_cast<ncclResult_t>(ipc.status().code()),
-           fmt::format("ncclCommInitRank: rank {} of {}: device IPC set-up: {}", c->rank, c->nranks,
-                       ipc.status().message()),
-           c);
-      c->impl.reset();
-      c->initState.store(static_cast<int>(ipc.status().code()));
-      return;
-    }
-    c->ipc = std::move(ipc.value());
-  }
   c->initState.store(ncclSuccess);
 }
 
-ncclResult_t runStaged(const std::vector<ncclComm*>& comms,
-                       std::map<ncclComm*, std::vector<const PendingOp*>>& byComm);
-
-// The operation as device_ipc.h takes it.
-tutti::capi::IpcOp ipcOpOf(ncclComm* c, const PendingOp& o) {
-  tutti::capi::IpcOp x{o.coll,  o.send, o.recv,
-                       o.count, o.dt,   tutti::dataTypeSize(static_cast<tutti::DataType>(o.dt)),
-                       o.root};
-  x.stream = o.stream;
-  if (isReducing(o.coll)) {
-    if (o.op < ncclNumOps) {
-      x.reduceOp = o.op;  // ncclSum..ncclAvg equal TUTTI_PLUGIN_OP_SUM..AVG
-    } else {
-      // PreMulSum: each rank scales its own contribution, then they are summed.
-      const auto& u = c->userOps[o.op - ncclNumOps];
-      x.reduceOp = TUTTI_PLUGIN_OP_SUM;
-      if (u.residence == ncclScalarHostImmediate) {
-        x.scalar = &u.raw;
-      } else {
-        x.scalar = u.ptr;  // read when the copy runs (on the device, or here)
-        x.scalarOnDevice = c->backend->isDevice(u.ptr);
-      }
-    }
+// runInit on a thread of its own: nothing it throws escapes (an error of the
+// communicator instead).
+void runInitCaught(ncclComm* c) {
+  try {
+    runInit(c);
+  } catch (const std::exception& e) {
+    fail(ncclInternalError, fmt::format("ncclCommInitRank: rank {}: {}", c->rank, e.what()), c);
+    c->initState.store(ncclInternalError);
   }
-  return x;
-}
-
-Status runIpcOps(ncclComm* c, const std::vector<const PendingOp*>& ops) {
-  tutti::log::setThreadRank(c->rank);
-  for (const PendingOp* o : ops) {
-    TUTTI_INFO(tutti::log::kTuning, "{} count {} {} on {} ranks: algorithm device-ipc",
-               algo::collectiveName(o->coll), o->count, typeName(o->dt), c->nranks);
-    Status st = c->ipc->run(ipcOpOf(c, *o));
-    if (!st) return st;
-  }
-  return Status();
 }
 
 ncclResult_t groupEndImpl() {
@@ -652,7 +236,17 @@ ncclResult_t groupEndImpl() {
     runInit(g.inits[0]);
   } else if (g.inits.size() > 1) {
     std::vector<std::thread> threads;
-    for (ncclComm* c : g.inits) threads.emplace_back(runInit, c);
+    for (ncclComm* c : g.inits) {
+      try {
+        threads.emplace_back(runInitCaught, c);
+      } catch (const std::system_error& e) {
+        fail(ncclSystemError,
+             fmt::format("ncclGroupEnd: cannot start the init thread of rank {}: {}", c->rank,
+                         e.what()),
+             c);
+        c->initState.store(ncclSystemError);
+      }
+    }
     for (auto& t : threads) t.join();
   }
   for (ncclComm* c : g.inits)
@@ -660,104 +254,19 @@ ncclResult_t groupEndImpl() {
       result = static_cast<ncclResult_t>(c->initState.load());
   if (g.ops.empty()) return result;
   if (result != ncclSuccess) return result;
-  // 2. Operations, per communicator in first-use order.
-  std::vector<ncclComm*> comms;
-  std::map<ncclComm*, std::vector<const PendingOp*>> byComm;
-  for (const auto& o : g.ops) {
-    if (!byComm.count(o.comm)) comms.push_back(o.comm);
-    byComm[o.comm].push_back(&o);
-  }
-  for (ncclComm* c : comms) {
+  // 2. Operations: every communicator still usable, then the core runs them.
+  for (ncclComm* c : g.handles) {
     ncclResult_t rc = checkComm(c, "ncclGroupEnd");
     if (rc != ncclSuccess) return rc;
   }
-  std::vector<ncclComm*> lockOrder = comms;
-  std::sort(lockOrder.begin(), lockOrder.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
-  for (ncclComm* c : lockOrder) locks.emplace_back(c->impl->mutex());
-  // Device IPC: a communicator's raw collectives of the agreed size run
-  // device to device (capi/device_ipc.h), in call order; everything else as
-  // below. One communicator with nothing else to run: on this thread.
-  // Otherwise each communicator's on a thread of its own while this thread
-  // drives the rest, as the ranks of one group progress together (one thread
-  // may drive every rank of a communicator).
-  std::vector<std::pair<ncclComm*, std::vector<const PendingOp*>>> ipcWork;
-  for (ncclComm* c : comms) {
-    if (!c->ipc) continue;
-    std::vector<const PendingOp*> viaIpc, rest;
-    for (const PendingOp* o : byComm[c]) {
-      const bool raw = o->wire.format == algo::Wire::kRaw && !o->wireBytes;
-      size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(o->dt));
-      (c->ipc->takes(o->coll, o->count, es, raw) ? viaIpc : rest).push_back(o);
-    }
-    if (viaIpc.empty()) continue;
-    byComm[c] = std::move(rest);
-    ipcWork.emplace_back(c, std::move(viaIpc));
-  }
-  std::vector<ncclComm*> staged;
-  for (ncclComm* c : comms)
-    if (!byComm[c].empty()) staged.push_back(c);
-  std::vector<Status> ipcStatus(ipcWork.size());
-  std::vector<std::thread> ipcThreads;
-  if (ipcWork.size() == 1 && staged.empty()) {
-    ipcStatus[0] = runIpcOps(ipcWork[0].first, ipcWork[0].second);
-  } else {
-    for (size_t i = 0; i < ipcWork.size(); ++i)
-      ipcThreads.emplace_back(
-          [&, i] { ipcStatus[i] = runIpcOps(ipcWork[i].first, ipcWork[i].second); });
-  }
-  ncclResult_t rc = staged.empty() ? ncclSuccess : runStaged(staged, byComm);
-  for (auto& t : ipcThreads) t.join();
-  if (rc != ncclSuccess) return rc;
-  for (size_t i = 0; i < ipcWork.size(); ++i)
-    if (!ipcStatus[i]) return fromStatus(ipcStatus[i], ipcWork[i].first);
-  return ncclSuccess;
+  const core::RunResult res = core::runGroup(g.ops);
+  return res.status ? ncclSuccess : fromStatus(res.status, handleOf(res.comm, g.handles));
 }
 
-// The group's operations that run on host memory through the executor (with
-// device buffers staged through pinned host memory), for `comms` (locked).
-ncclResult_t runStaged(const std::vector<ncclComm*>& comms,
-                       std::map<ncclComm*, std::vector<const PendingOp*>>& byComm) {
-  // Device buffers: staged through pinned host memory, in stream order.
-  std::vector<tutti::capi::DeviceStaging> stagings;
-  auto unstage = [&](Status st) {
-    for (auto& s : stagings) {
-      Status o = s.stageOut(st.isOk());
-      if (st && !o) st = o;
-    }
-    return st;
-  };
-  Status st;
-  for (ncclComm* c : comms) {
-    if (c->backend->hostOnly()) continue;
-    std::vector<tutti::capi::StageOp> sops;
-    for (const PendingOp* o : byComm[c]) {
-      auto* m = const_cast<PendingOp*>(o);
-      sops.push_back({m->coll, &m->send, &m->recv, m->count,
-                      tutti::dataTypeSize(static_cast<tutti::DataType>(m->dt)), c->rank, c->nranks,
-                      m->root, m->stream});
-    }
-    stagings.emplace_back(c->backend);
-    st = stagings.back().stageIn(sops, &c->staging);
-    if (!st) return fromStatus(unstage(st), c);
-  }
-  st = agreeScales(comms, byComm);
-  if (!st) return fromStatusOfGroup(unstage(st), comms);
-  std::vector<core::Work> works(comms.size());
-  std::vector<core::Work*> ptrs;
-  for (size_t i = 0; i < comms.size(); ++i) {
-    tutti::log::setThreadRank(comms[i]->rank);
-    st = buildWork(comms[i], byComm[comms[i]], &works[i]);
-    if (!st) return fromStatus(unstage(st), comms[i]);
-    ptrs.push_back(&works[i]);
-  }
-  st = unstage(core::execute(ptrs));
-  if (!st) return fromStatusOfGroup(st, comms);
-  return ncclSuccess;
-}
-
+// `device`: the device the communicator is bound to; -1: the calling thread's
+// current device (the CPU backend's is always 0).
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
-                      const ncclConfig_t* config) {
+                      const ncclConfig_t* config, int device = -1) {
   logVersionOnce();
   if (!out) return fail(ncclInvalidArgument, std::string(fn) + ": comm pointer is NULL");
   *out = nullptr;
@@ -787,13 +296,16 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
   if (!backend)
     return fail(static_cast<ncclResult_t>(backend.status().code()),
                 std::string(fn) + ": " + backend.status().message());
-  auto device = backend.value()->currentDevice();  // the CPU backend's is always 0
-  if (!device)
-    return fail(static_cast<ncclResult_t>(device.status().code()),
-                std::string(fn) + ": " + device.status().message());
+  if (device < 0) {
+    auto current = backend.value()->currentDevice();
+    if (!current)
+      return fail(static_cast<ncclResult_t>(current.status().code()),
+                  std::string(fn) + ": " + current.status().message());
+    device = current.value();
+  }
   auto* c = new ncclComm();
   c->backend = backend.value();
-  c->device = device.value();
+  c->device = device;
   c->nranks = nranks;
   c->rank = rank;
   c->id = parsed.value();
@@ -805,7 +317,13 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
     return ncclSuccess;
   }
   if (!cfg.blocking) {
-    c->initThread = std::thread(runInit, c);
+    try {
+      c->initThread = std::thread(runInitCaught, c);
+    } catch (const std::system_error& e) {
+      c->initState.store(ncclSystemError);
+      return fail(ncclSystemError,
+                  fmt::format("{}: cannot start the init thread: {}", fn, e.what()), c);
+    }
     return ncclInProgress;
   }
   runInit(c);
@@ -822,8 +340,7 @@ void destroyComm(ncclComm* c, bool abort) {
     if (abort) c->impl->abort();
     std::lock_guard<std::mutex> lk(c->impl->mutex());
   }
-  c->ipc.reset();  // before impl: it waits through the communicator's arena
-  tutti::capi::freePinned(c->backend, &c->staging);
+  c->impl.reset();
   c->magic = 0;
   delete c;
 }
@@ -977,9 +494,9 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     rc = ncclGroupStart();
     if (rc != ncclSuccess) return rc;
     for (int i = 0; i < ndev; ++i) {
-      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr);
+      const int device = backend.value()->hostOnly() ? 0 : devlist ? devlist[i] : i;
+      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr, device);
       if (rc != ncclSuccess) t_group.deferred = rc;
-      if (comms[i] && !backend.value()->hostOnly()) comms[i]->device = devlist ? devlist[i] : i;
     }
     rc = ncclGroupEnd();
     if (rc != ncclSuccess) {
@@ -1013,7 +530,7 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     all[comm->rank] = {color, key, comm->rank, 0};
     Status st = bs.allGather(all.data(), sizeof(Entry));
     if (!st) return fromStatus(st.withContext("ncclCommSplit"), comm);
-    uint64_t seq = comm->splitSeq++;
+    uint64_t seq = comm->impl->nextSplitSeq();
     if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
     std::vector<Entry> mine;
     for (auto& e : all)
@@ -1042,10 +559,9 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     lk.unlock();
     ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
     inherit.blocking = comm->config.blocking ? 1 : 0;
-    ncclResult_t made = initRank("ncclCommSplit", newcomm, static_cast<int>(mine.size()), id,
-                                 newRank, config ? config : &inherit);
-    if (*newcomm) (*newcomm)->device = comm->device;  // children keep the parent's device
-    return made;
+    // Children keep the parent's device.
+    return initRank("ncclCommSplit", newcomm, static_cast<int>(mine.size()), id, newRank,
+                    config ? config : &inherit, comm->device);
   });
 }
 TUTTI_PNCCL(ncclCommSplit)
@@ -1152,20 +668,22 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpCreatePreMulSum: invalid scalar residence {}", where),
                   comm);
-    ncclComm::UserOp u{true,
-                       dt,
-                       where,
-                       scalar,
-                       where == ncclScalarHostImmediate ? tutti::cpu::scalarValue(scalar, dt) : 0.0,
-                       0};
-    if (where == ncclScalarHostImmediate)
+    core::UserRedOp u;
+    u.live = true;
+    u.dt = dt;
+    u.residence = where;
+    u.ptr = scalar;
+    if (where == ncclScalarHostImmediate) {
+      u.value = tutti::cpu::scalarValue(scalar, dt);
       memcpy(&u.raw, scalar, tutti::dataTypeSize(static_cast<tutti::DataType>(dt)));
+    }
+    auto& userOps = comm->impl->userOps();
     size_t idx = 0;
-    while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
-    if (idx == comm->userOps.size())
-      comm->userOps.push_back(u);
+    while (idx < userOps.size() && userOps[idx].live) ++idx;
+    if (idx == userOps.size())
+      userOps.push_back(u);
     else
-      comm->userOps[idx] = u;
+      userOps[idx] = u;
     *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(idx));
     return ncclSuccess;
   });
@@ -1181,12 +699,15 @@ TUTTI_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpDestroy: op {} is built-in and cannot be destroyed", v),
                   comm);
+    if (comm->initState.load() != ncclSuccess)
+      return fail(ncclInvalidUsage, "ncclRedOpDestroy: communicator is not initialised", comm);
+    auto& userOps = comm->impl->userOps();
     size_t idx = static_cast<size_t>(v) - ncclNumOps;
-    if (v < 0 || idx >= comm->userOps.size() || !comm->userOps[idx].live)
+    if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpDestroy: op {} was not created on this communicator", v),
                   comm);
-    comm->userOps[idx].live = false;
+    userOps[idx].live = false;
     return ncclSuccess;
   });
 }
@@ -1233,9 +754,7 @@ TUTTI_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_
     if (!buff && size) return fail(ncclInvalidArgument, "ncclCommRegister: buff is NULL", comm);
     // Host memory needs no registration for shm/TCP; the handle records the
     // range so later transports (RDMA) can register it.
-    auto* h = new std::pair<void*, size_t>(buff, size);
-    comm->registrations.insert(h);
-    *handle = h;
+    *handle = comm->impl->registerRange(buff, size);
     return ncclSuccess;
   });
 }
@@ -1245,12 +764,11 @@ TUTTI_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return guard("ncclCommDeregister", [&] {
     ncclResult_t rc = checkComm(comm, "ncclCommDeregister", false);
     if (rc != ncclSuccess) return rc;
-    if (!comm->registrations.erase(handle))
+    if (comm->initState.load() != ncclSuccess || !comm->impl->deregister(handle))
       return fail(ncclInvalidArgument,
                   "ncclCommDeregister: handle was not returned by ncclCommRegister on this "
                   "communicator (or was already deregistered)",
                   comm);
-    delete static_cast<std::pair<void*, size_t>*>(handle);
     return ncclSuccess;
   });
 }
@@ -1381,11 +899,6 @@ TUTTI_API ncclResult_t ncclGroupEnd() {
 TUTTI_PNCCL(ncclGroupEnd)
 
 namespace tutti::capi {
-
-ncclResult_t allReduce(const char* fn, const void* send, void* recv, size_t count, int dt, int op,
-                       ncclComm_t comm, const Compressed* c, cudaStream_t stream) {
-  return collective(fn, Collective::kAllReduce, send, recv, count, dt, op, 0, comm, stream, c);
-}
 
 bool inGroup() { return t_group.depth > 0; }
 

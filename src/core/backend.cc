@@ -67,6 +67,17 @@ Status checkTable(const tuttiBackendPlugin_v1* t, const std::string& origin) {
   return Status::ok();
 }
 
+// Bytes of a plugin table with the given structSize that hold whole fields
+// of this tutti's table. After the two 4-byte header fields every field is
+// pointer-sized, so whole fields end on a multiple of the pointer size.
+static_assert(offsetof(tuttiBackendPlugin_v1, name) == 8 &&
+                  sizeof(tuttiBackendPlugin_v1) % sizeof(void*) == 0,
+              "every field after the header is pointer-sized");
+size_t coveredBytes(uint32_t structSize) {
+  return std::min<size_t>(structSize, sizeof(tuttiBackendPlugin_v1)) / sizeof(void*) *
+         sizeof(void*);
+}
+
 enum FallbackKernel : int { kReduce, kCast, kPack, kUnpack, kGemm, kOrtho };
 
 // One operand of a kernel run on the host: [ptr, ptr + bytes).
@@ -102,8 +113,10 @@ Result<std::unique_ptr<Backend>> Backend::fromTable(const tuttiBackendPlugin_v1*
   TUTTI_RETURN_IF_ERROR(checkTable(table, origin));
   std::unique_ptr<Backend> b(new Backend());
   // A copy as long as this tutti's table: fields beyond the plugin's
-  // structSize (appended after it was built) read as NULL.
-  memcpy(&b->table_, table, std::min<size_t>(table->structSize, sizeof(b->table_)));
+  // structSize (appended after it was built) read as NULL, and so does a
+  // field the structSize covers only in part (only whole fields are copied).
+  memcpy(&b->table_, table, coveredBytes(table->structSize));
+  b->pluginStructSize_ = table->structSize;
   b->table_.structSize = sizeof(b->table_);
   b->t_ = &b->table_;
   b->name_ = table->name;
@@ -173,6 +186,28 @@ Result<int> Backend::currentDevice() {
   int32_t d = 0;
   TUTTI_BACKEND_CALL("currentDevice", t_->currentDevice(ctx_, &d));
   return static_cast<int>(d);
+}
+
+// The plugin's table covers `field` and sets it.
+#define TUTTI_PLUGIN_PROVIDES(field)                                                     \
+  (pluginStructSize_ >= offsetof(tuttiBackendPlugin_v1, field) + sizeof(t_->field) && \
+   t_->field != nullptr)
+
+bool Backend::hasHostEvents() const {
+  return TUTTI_PLUGIN_PROVIDES(hostEventCreate) && TUTTI_PLUGIN_PROVIDES(hostEventSignal);
+}
+
+Status Backend::setDevice(int device) {
+  if (TUTTI_PLUGIN_PROVIDES(setDevice)) {
+    TUTTI_BACKEND_CALL("setDevice", t_->setDevice(ctx_, device));
+    return Status::ok();
+  }
+  TUTTI_ASSIGN_OR_RETURN(int current, currentDevice());
+  if (device == current) return Status::ok();
+  return invalidUsage(fmt::format(
+      "backend {}: cannot make device {} current: the plugin offers no setDevice and its current "
+      "device is {}",
+      name_, device, current));
 }
 
 MemInfo Backend::query(const void* p) {
@@ -280,6 +315,27 @@ Result<bool> Backend::eventDone(Event e) {
   TUTTI_BACKEND_CALL("eventQuery", t_->eventQuery(ctx_, e, &done));
   return done != 0;
 }
+
+Status Backend::noHostEvents() const {
+  return invalidUsage("backend " + name_ +
+                      " offers no host events (hostEventCreate/hostEventSignal are NULL or beyond "
+                      "its table)");
+}
+
+Result<Event> Backend::hostEventCreate(int device) {
+  if (!hasHostEvents()) return noHostEvents();
+  Event e = nullptr;
+  TUTTI_BACKEND_CALL("hostEventCreate", t_->hostEventCreate(ctx_, device, &e));
+  return e;
+}
+
+Status Backend::hostEventSignal(Event e) {
+  if (!hasHostEvents()) return noHostEvents();
+  TUTTI_BACKEND_CALL("hostEventSignal", t_->hostEventSignal(ctx_, e));
+  return Status::ok();
+}
+
+#undef TUTTI_PLUGIN_PROVIDES
 
 void Backend::noteFallback(int kernel, const char* what) {
   const uint32_t bit = 1u << kernel;

@@ -60,11 +60,18 @@ class Backend {
   bool hostOnly() const { return hostOnly_; }
   uint64_t capabilities() const { return t_->capabilities; }
   bool hasIpc() const { return t_->ipcExport && t_->ipcImport && t_->ipcClose; }
+  // hostEventCreate and hostEventSignal are both in the plugin's table (its
+  // structSize covers them and they are not NULL): an operation on a device
+  // queue can hold the queue with a host event instead of blocking the caller.
+  bool hasHostEvents() const;
   const tuttiBackendPlugin_v1& table() const { return *t_; }
   void* context() const { return ctx_; }
 
   Result<int> deviceCount();
   Result<int> currentDevice();
+  // Makes `device` the calling thread's current device. Without the plugin's
+  // setDevice: succeeds when device is already current, else kInvalidUsage.
+  Status setDevice(int device);
   // Never fails: a failing query is logged and the pointer treated as host memory.
   MemInfo query(const void* p);
   bool isDevice(const void* p) { return !hostOnly_ && query(p).kind == MemKind::kDevice; }
@@ -85,6 +92,12 @@ class Backend {
   Status eventRecord(Event e, Queue q);
   Status eventWait(Queue q, Event e);
   Result<bool> eventDone(Event e);
+  // Host events (require hasHostEvents(), else kInvalidUsage): an event only
+  // the host completes; eventWait(q, e) holds q until hostEventSignal(e),
+  // eventDone answers false until then; eventDestroy releases a queue still
+  // waiting. See include/tutti/backend_plugin.h.
+  Result<Event> hostEventCreate(int device);
+  Status hostEventSignal(Event e);  // idempotent, non-blocking, any thread
 
   // Kernels, async on q (host fallback as in the contract).
   Status reduce(const tuttiPluginReduceArgs_v1& a, Queue q);
@@ -109,9 +122,11 @@ class Backend {
  private:
   Backend() = default;
   void noteFallback(int kernel, const char* what);
+  Status noHostEvents() const;  // the kInvalidUsage of a plugin without host events
 
-  tuttiBackendPlugin_v1 table_{};
+  tuttiBackendPlugin_v1 table_{};  // whole fields up to the plugin's structSize; the rest NULL
   const tuttiBackendPlugin_v1* t_ = nullptr;  // &table_ once initialised
+  uint32_t pluginStructSize_ = 0;             // the plugin's own structSize
   void* ctx_ = nullptr;
   void* dl_ = nullptr;  // dlopen handle, null for built-in tables
   std::string name_, origin_;

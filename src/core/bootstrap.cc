@@ -2,11 +2,18 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <new>
+#include <stdexcept>
+#include <system_error>
 
 #include "base/log.h"
 #include "base/params.h"
@@ -26,7 +33,16 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) 
   return h;
 }
 
+// TUTTI_INIT_TIMEOUT: how long each rank's init waits for the others, and
+// how long a root waits for its first registration and then for the rest.
 double initTimeout() { return static_cast<double>(params::getInt("TUTTI_INIT_TIMEOUT", 120)); }
+
+// How long a rank retries a refused connection to the root of an id from
+// ncclGetUniqueId. That root listened before the id existed, so a refusal
+// means it has ended (the id expired or was used): no reason to wait for the
+// whole init deadline. The seconds also cover a lost SYN or two on a slow
+// network (retransmitted after 1 s, then 2 s more).
+constexpr double kRootRefusedSec = 5;
 
 void toWire(const net::SockAddr& a, uint16_t* family, uint16_t* port, uint8_t ip[16]) {
   *family = static_cast<uint16_t>(a.family());
@@ -90,94 +106,202 @@ std::string rankList(const std::vector<int>& ranks) {
   return s;
 }
 
-// The root: collects one registration per rank, then hands out the table.
-void runRoot(net::Socket listener, UniqueIdData id) {
-  std::vector<net::Socket> conns;
-  std::vector<PeerInfo> infos;
-  std::vector<bool> joined;
-  int nranks = -1;
-  int count = 0;
-  net::Clock::time_point deadline = net::deadlineIn(24 * 3600);
-  auto replyError = [](net::Socket& s, const std::string& msg) {
-    RootReply r{1, static_cast<uint32_t>(msg.size())};
-    auto dl = net::deadlineIn(5);
-    (void)s.sendAll(&r, sizeof(r), dl, nullptr, "rank");
+// The root of one unique id (bootstrap.h's contract): collects one
+// registration per rank, sends every rank the table, and ends; it ends early
+// when a registered rank hangs up or at its deadline, and tells the
+// registered ranks why (tellRegistered). It runs on a detached thread that
+// may still be running while the process exits, so after construction it
+// reads no parameter and no static: its timeout is given here.
+class Root {
+ public:
+  Root(net::Socket listener, std::string addr, const UniqueIdData& id, double timeoutSec)
+      : listener_(std::move(listener)), addr_(std::move(addr)), id_(id), timeoutSec_(timeoutSec) {}
+
+  // Ok once every rank has the table, or when nobody registered before the
+  // deadline (nobody to tell); else why the communicator cannot be created.
+  Status serve();
+  // Sends `why` to every registered rank still connected.
+  void tellRegistered(const Status& why);
+
+ private:
+  // Reads one registration from `s` (hello and request, until `deadline`)
+  // and keeps it, or answers why it is refused.
+  void admit(net::Socket s, net::Clock::time_point deadline);
+  static void replyError(net::Socket& s, const std::string& msg);
+
+  net::Socket listener_;
+  std::string addr_;  // where it listens, for the log
+  UniqueIdData id_;
+  double timeoutSec_;
+  int nranks_ = -1;  // set by the first registration
+  int count_ = 0;
+  std::vector<net::Socket> conns_;  // per rank, once registered
+  std::vector<PeerInfo> infos_;
+};
+
+void Root::replyError(net::Socket& s, const std::string& msg) {
+  RootReply r{1, static_cast<uint32_t>(msg.size())};
+  auto dl = net::deadlineIn(5);
+  if (s.sendAll(&r, sizeof(r), dl, nullptr, "rank"))
     (void)s.sendAll(msg.data(), msg.size(), dl, nullptr, "rank");
-  };
-  while (nranks < 0 || count < nranks) {
-    auto acc = listener.accept(deadline, nullptr, "ranks to join");
-    if (!acc) {
-      if (nranks > 0) {
-        std::vector<int> missing;
-        for (int r = 0; r < nranks; ++r)
-          if (!joined[r]) missing.push_back(r);
-        std::string msg =
-            fmt::format("bootstrap timed out after {} s: {} of {} ranks joined; missing rank(s) {}",
-                        initTimeout(), count, nranks, rankList(missing));
+}
+
+void Root::tellRegistered(const Status& why) {
+  for (auto& c : conns_)
+    if (c.valid()) replyError(c, why.message());
+}
+
+void Root::admit(net::Socket s, net::Clock::time_point deadline) {
+  Hello h{};
+  if (!s.recvAll(&h, sizeof(h), deadline, nullptr, "hello") || h.magic != kHelloMagic ||
+      !secretEqual(h.secret, id_.secret)) {
+    TUTTI_INFO(log::kBootstrap, "bootstrap root: dropped a connection without a valid hello");
+    return;
+  }
+  RootRequest req{};
+  if (!s.recvAll(&req, sizeof(req), deadline, nullptr, "registration")) return;
+  if (nranks_ < 0) {
+    if (req.nranks <= 0) return replyError(s, "invalid nranks " + std::to_string(req.nranks));
+    nranks_ = req.nranks;
+    conns_.resize(nranks_);
+    infos_.resize(nranks_);
+  }
+  if (req.nranks != nranks_)
+    return replyError(s, fmt::format("rank {} says nranks={} but rank(s) before it said {}",
+                                     req.rank, req.nranks, nranks_));
+  if (req.rank < 0 || req.rank >= nranks_)
+    return replyError(s, fmt::format("rank {} out of range [0, {})", req.rank, nranks_));
+  if (conns_[req.rank].valid())
+    return replyError(
+        s, fmt::format("rank {} joined twice (two processes were given the same rank)", req.rank));
+  infos_[req.rank] = req.info;
+  conns_[req.rank] = std::move(s);
+  ++count_;
+}
+
+Status Root::serve() {
+  auto deadline = net::deadlineIn(timeoutSec_);
+  std::vector<pollfd> fds;
+  std::vector<int> fdRank;  // fds[k] is rank fdRank[k]'s connection (k >= 1)
+  while (nranks_ < 0 || count_ < nranks_) {
+    auto now = net::Clock::now();
+    if (now >= deadline) {
+      if (nranks_ < 0) {
+        TUTTI_INFO(log::kBootstrap,
+                   "bootstrap root {}: no rank registered within {} s (TUTTI_INIT_TIMEOUT); it "
+                   "ends and the unique id expires",
+                   addr_, timeoutSec_);
+        return Status::ok();
+      }
+      std::vector<int> missing;
+      for (int r = 0; r < nranks_; ++r)
+        if (!conns_[r].valid()) missing.push_back(r);
+      std::string msg =
+          fmt::format("bootstrap timed out after {} s: {} of {} ranks joined; missing rank(s) {}",
+                      timeoutSec_, count_, nranks_, rankList(missing));
+      TUTTI_WARN("{}", msg);
+      return remoteError(msg);
+    }
+    fds.assign(1, pollfd{listener_.fd(), POLLIN, 0});
+    fdRank.assign(1, -1);
+    for (int r = 0; r < static_cast<int>(conns_.size()); ++r)
+      if (conns_[r].valid()) {
+        fds.push_back({conns_[r].fd(), POLLIN, 0});
+        fdRank.push_back(r);
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (rc < 0 && errno != EINTR) return errnoError("bootstrap root: poll", errno);
+    if (rc <= 0) continue;
+    // A registered rank sends nothing more: a readable connection has been
+    // closed (its init failed or was aborted, or its process ended), and the
+    // communicator can no longer be created.
+    for (size_t k = 1; k < fds.size(); ++k)
+      if (fds[k].revents) {
+        std::string msg = fmt::format(
+            "bootstrap: rank {} left before every rank had joined ({} of {} had; its init failed "
+            "or was aborted, or its process ended)",
+            fdRank[k], count_, nranks_);
         TUTTI_WARN("{}", msg);
-        for (auto& c : conns)
-          if (c.valid()) replyError(c, msg);
+        conns_[fdRank[k]].close();
+        return remoteError(msg);
       }
-      return;
-    }
-    net::Socket s = std::move(acc.value());
-    Hello h{};
-    auto helloDl = net::deadlineIn(5);
-    if (!s.recvAll(&h, sizeof(h), helloDl, nullptr, "hello") || h.magic != kHelloMagic ||
-        !secretEqual(h.secret, id.secret)) {
-      TUTTI_INFO(log::kBootstrap, "bootstrap root: dropped a connection without a valid hello");
-      continue;
-    }
-    RootRequest req{};
-    if (!s.recvAll(&req, sizeof(req), helloDl, nullptr, "registration")) continue;
-    if (nranks < 0) {
-      if (req.nranks <= 0) {
-        replyError(s, "invalid nranks " + std::to_string(req.nranks));
-        continue;
-      }
-      nranks = req.nranks;
-      conns.resize(nranks);
-      infos.resize(nranks);
-      joined.assign(nranks, false);
-      deadline = net::deadlineIn(initTimeout());
-    }
-    if (req.nranks != nranks) {
-      replyError(s, fmt::format("rank {} says nranks={} but rank(s) before it said {}", req.rank,
-                                req.nranks, nranks));
-      continue;
-    }
-    if (req.rank < 0 || req.rank >= nranks) {
-      replyError(s, fmt::format("rank {} out of range [0, {})", req.rank, nranks));
-      continue;
-    }
-    if (joined[req.rank]) {
-      replyError(s, fmt::format("rank {} joined twice (two processes were given the same rank)",
-                                req.rank));
-      continue;
-    }
-    joined[req.rank] = true;
-    infos[req.rank] = req.info;
-    conns[req.rank] = std::move(s);
-    ++count;
+    if (!(fds[0].revents & POLLIN)) continue;
+    auto acc = listener_.accept(net::deadlineIn(0.01), nullptr, "ranks to join");
+    if (!acc) continue;
+    const bool first = nranks_ < 0;
+    admit(std::move(acc.value()), std::min(net::deadlineIn(5), deadline));
+    if (first && nranks_ > 0) deadline = net::deadlineIn(timeoutSec_);
   }
-  RootReply ok{0, static_cast<uint32_t>(nranks * sizeof(PeerInfo))};
-  auto dl = net::deadlineIn(initTimeout());
-  for (auto& c : conns) {
+  RootReply ok{0, static_cast<uint32_t>(nranks_ * sizeof(PeerInfo))};
+  auto dl = net::deadlineIn(timeoutSec_);
+  for (auto& c : conns_) {
     if (!c.sendAll(&ok, sizeof(ok), dl, nullptr, "rank")) continue;
-    (void)c.sendAll(infos.data(), infos.size() * sizeof(PeerInfo), dl, nullptr, "rank");
+    (void)c.sendAll(infos_.data(), infos_.size() * sizeof(PeerInfo), dl, nullptr, "rank");
   }
+  return Status::ok();
 }
 
 Status startRoot(const net::SockAddr& bindAddr, UniqueIdData* id) {
   net::SockAddr bound;
   TUTTI_ASSIGN_OR_RETURN(net::Socket listener, net::Socket::listen(bindAddr, &bound));
   id->port = bound.port();
-  std::thread(runRoot, std::move(listener), *id).detach();
+  auto root = std::make_shared<Root>(std::move(listener), bound.str(), *id, initTimeout());
+  auto serve = [root] { return root->serve(); };
+  auto tell = [root](Status st) {
+    if (!st) root->tellRegistered(st);
+  };
+  TUTTI_ASSIGN_OR_RETURN(std::thread t,
+                         startThread("root", "bootstrap root thread (" + bound.str() + ")",
+                                     std::move(serve), std::move(tell)));
+  t.detach();
   TUTTI_INFO(log::kBootstrap, "bootstrap root listening on {}", bound.str());
   return Status::ok();
 }
 
 }  // namespace
+
+namespace thread_detail {
+
+void testHook(const char* site, bool start) {
+  // Never destroyed: a detached thread may start while the process exits.
+  static const std::string* hook = new std::string(params::getStr("TUTTI_TEST_THREAD_THROW", ""));
+  if (hook->empty()) return;
+  const std::string name = start ? std::string(site) + "@start" : std::string(site);
+  if (*hook != name) return;
+  if (start)
+    throw std::system_error(EAGAIN, std::generic_category(), "TUTTI_TEST_THREAD_THROW=" + name);
+  throw std::runtime_error("TUTTI_TEST_THREAD_THROW=" + name + ": injected failure");
+}
+
+Status currentException(const std::string& prefix) noexcept {
+  try {
+    Status st;
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      st = systemError(prefix + ": out of host memory");
+    } catch (const std::system_error& e) {
+      st = systemError(prefix + ": " + e.what());
+    } catch (const std::exception& e) {
+      st = internalError(prefix + ": internal error: " + e.what());
+    } catch (...) {
+      st = internalError(prefix + ": unknown internal error");
+    }
+    TUTTI_WARN("{}", st.message());
+    return st;
+  } catch (...) {
+    return Status(Code::kSystemError, "out of memory");  // short enough not to allocate
+  }
+}
+
+void nameThisThread(const char* site) noexcept {
+  char name[16];
+  snprintf(name, sizeof(name), "tutti-%s", site);
+  pthread_setname_np(pthread_self(), name);
+}
+
+}  // namespace thread_detail
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
   UniqueIdData id{};
@@ -275,8 +399,28 @@ Status Bootstrap::start() {
   req.info.reserved = pinned ? 0 : kPeerFlagWildcard;
 
   std::string what = "bootstrap root " + rootAddr.str();
-  TUTTI_ASSIGN_OR_RETURN(net::Socket root,
-                         net::Socket::connect(rootAddr, deadline, abortFlag_, what));
+  const bool rootByRank0 = id_.flags & kIdRootByRank0;
+  auto connected = net::Socket::connect(
+      rootAddr, rootByRank0 ? deadline : std::min(deadline, net::deadlineIn(kRootRefusedSec)),
+      abortFlag_, what);
+  if (!connected) {
+    Status st = connected.status();
+    if (abortFlag_ && abortFlag_->load()) return st;
+    return Status(
+        st.code(),
+        fmt::format(
+            "{}: {}", st.message(),
+            rootByRank0
+                ? "with NCCL_COMM_ID rank 0 runs the root during its init, until every rank has "
+                  "joined or TUTTI_INIT_TIMEOUT passes: is rank 0 running, and did this rank "
+                  "start in time?"
+                : "the root of this unique id has ended: it serves one communicator and ends "
+                  "once every rank has joined (or one gave up), or TUTTI_INIT_TIMEOUT seconds "
+                  "after ncclGetUniqueId if nobody joins; this id has expired or was already used "
+                  "(each communicator needs a fresh ncclGetUniqueId, and its ranks must start "
+                  "their init in time)"));
+  }
+  net::Socket root = std::move(connected.value());
   Hello h{kHelloMagic, rank_, {}};
   memcpy(h.secret, id_.secret, kSecretBytes);
   TUTTI_RETURN_IF_ERROR(root.sendAll(&h, sizeof(h), deadline, abortFlag_, what));
@@ -296,7 +440,17 @@ Status Bootstrap::start() {
   if (reply.bytes != nranks_ * sizeof(PeerInfo)) return internalError("bootstrap: bad table size");
   peers_.resize(nranks_);
   TUTTI_RETURN_IF_ERROR(root.recvAll(peers_.data(), reply.bytes, replyDeadline, abortFlag_, what));
-  service_ = std::thread([this] { serviceLoop(); });
+  // The service thread's early end (an exception, say) is kept for recv.
+  TUTTI_ASSIGN_OR_RETURN(service_,
+                         startThread(
+                             "service", fmt::format("bootstrap service thread of rank {}", rank_),
+                             [this] { return serviceLoop(); },
+                             [this](Status st) {
+                               if (st) return;
+                               std::lock_guard<std::mutex> lk(mu_);
+                               serviceError_ = std::move(st);
+                               cv_.notify_all();
+                             }));
   return Status::ok();
 }
 
@@ -315,7 +469,7 @@ net::SockAddr Bootstrap::peerAddr(int peer) const {
   return a;
 }
 
-void Bootstrap::serviceLoop() {
+Status Bootstrap::serviceLoop() {
   struct In {
     net::Socket sock;
     int rank = -1;  // -1 until the hello was read
@@ -371,6 +525,7 @@ void Bootstrap::serviceLoop() {
     ins.erase(std::remove_if(ins.begin(), ins.end(), [](const In& in) { return !in.sock.valid(); }),
               ins.end());
   }
+  return Status::ok();
 }
 
 Status Bootstrap::send(int peer, uint64_t tag, const void* data, size_t bytes) {
@@ -430,6 +585,9 @@ Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::C
       return v;
     }
     if (abortFlag && abortFlag->load()) return invalidUsage("communicator aborted");
+    if (!serviceError_.isOk())
+      return serviceError_.withContext(
+          fmt::format("rank {} cannot receive control messages (from rank {})", rank_, peer));
     auto now = net::Clock::now();
     if (now >= dl)
       return remoteError(fmt::format("timed out waiting for a control message from rank {} ({})",

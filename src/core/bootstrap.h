@@ -2,22 +2,35 @@
 //
 // Contract
 // - createUniqueId() fills the 128-byte ncclUniqueId with the address of a
-//   root listener (started on a background thread of the calling process)
-//   and a fresh 32-byte random secret. With NCCL_COMM_ID="host:port" the id
-//   names that address instead and rank 0 starts the root inside init; the
-//   secret is then derived from the address and TUTTI_BOOTSTRAP_SECRET (set it
-//   to the same value on every rank to keep strangers out).
+//   root listener (started on a detached thread of the calling process) and a
+//   fresh 32-byte random secret. With NCCL_COMM_ID="host:port" the id names
+//   that address instead and rank 0 starts the root inside init; the secret is
+//   then derived from the address and TUTTI_BOOTSTRAP_SECRET (set it to the
+//   same value on every rank to keep strangers out).
+// - A root serves one communicator and then ends (thread gone, listener
+//   closed): once every rank has registered and been sent the peer table;
+//   when a registered rank hangs up before that (its init failed or was
+//   aborted, its process died; the others are told); or at its deadline,
+//   TUTTI_INIT_TIMEOUT seconds after it started while no rank has registered
+//   (an id nobody uses), restarted at the first registration. Nothing talks to
+//   the root after the table. A rank that arrives later is refused and fails
+//   within a few seconds with an error saying the id expired or was used
+//   (with NCCL_COMM_ID, refusals are retried until its deadline: rank 0 may
+//   not have started the root yet).
 // - Bootstrap::init() registers this rank with the root, receives every
 //   rank's PeerInfo, and opens this rank's own listener for point-to-point
-//   control messages. Every connection, to the root or to a peer, starts with
-//   a hello carrying the secret; a connection that does not prove it is
-//   dropped before anything else is read.
+//   control messages, served by a thread. Every connection, to the root or to
+//   a peer, starts with a hello carrying the secret; a connection that does
+//   not prove it is dropped before anything else is read.
 // - Every blocking call has a deadline (TUTTI_INIT_TIMEOUT for init, default
 //   120 s) and notices the abort flag; a rank that never joins is named in the
 //   error of every rank that did.
 // - send/recv are point-to-point control messages keyed by (peer, tag),
 //   delivered in order per (peer, tag); allGather/barrier are built on them and
-//   must be called by every rank in the same order.
+//   must be called by every rank in the same order. When the service thread
+//   has failed, recv reports why instead of waiting for its deadline.
+// - Threads: every thread of src/core is started by startThread() below, so
+//   nothing thrown on one reaches std::terminate.
 #pragma once
 
 #include <atomic>
@@ -27,8 +40,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/socket.h"
@@ -76,6 +91,58 @@ static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processe
 Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 
+// ---- threads ----------------------------------------------------------------------------
+//
+// startThread(site, what, body, done) starts a thread that runs body() (which
+// returns Status) and hands its Status to done(Status) on that thread. What
+// body throws (std::bad_alloc, std::system_error, anything) becomes the error
+// Status "<what> failed: ..." instead, logged at WARN; what done throws is
+// logged and dropped. Nothing thrown on the thread reaches std::terminate.
+// Returns the (joinable) thread, or, when it cannot be created
+// (std::system_error: no resources), the error "cannot start the <what>: ..."
+// and nothing runs. The thread is named "tutti-<site>" (ps, gdb,
+// /proc/<pid>/task/*/comm; site: at most 9 characters). Every thread src/core
+// starts goes through it: site "root" (a unique id's root), "service" (a
+// rank's bootstrap service), "connect" (the executor's connect threads).
+//
+// Test hook, read once per process: TUTTI_TEST_THREAD_THROW=<site> makes the
+// body of every thread of that site throw a std::runtime_error before it runs;
+// TUTTI_TEST_THREAD_THROW=<site>@start makes creating them fail as
+// std::thread does without resources.
+namespace thread_detail {
+// Throws when TUTTI_TEST_THREAD_THROW names `site` (at `start`, or in the body).
+void testHook(const char* site, bool start);
+// The Status of the exception being handled, "<prefix>: <what it says>",
+// logged at WARN. Call inside a catch block only; never throws.
+Status currentException(const std::string& prefix) noexcept;
+void nameThisThread(const char* site) noexcept;
+}  // namespace thread_detail
+
+template <typename Body, typename Done>
+Result<std::thread> startThread(const char* site, const std::string& what, Body body, Done done) {
+  try {
+    thread_detail::testHook(site, true);
+    return std::thread([site, failed = what + " failed", body = std::move(body),
+                        done = std::move(done)]() mutable noexcept {
+      thread_detail::nameThisThread(site);
+      Status st;
+      try {
+        thread_detail::testHook(site, false);
+        st = body();
+      } catch (...) {
+        st = thread_detail::currentException(failed);
+      }
+      try {
+        done(std::move(st));
+      } catch (...) {
+        (void)thread_detail::currentException(failed);
+      }
+    });
+  } catch (...) {
+    return thread_detail::currentException("cannot start the " + what);
+  }
+}
+
 class Bootstrap : public transport::ControlChannel {
  public:
   static Result<std::unique_ptr<Bootstrap>> init(const UniqueIdData& id, int rank, int nranks,
@@ -105,7 +172,7 @@ class Bootstrap : public transport::ControlChannel {
  private:
   Bootstrap() = default;
   Status start();
-  void serviceLoop();
+  Status serviceLoop();
   net::SockAddr peerAddr(int peer) const;
 
   UniqueIdData id_{};
@@ -122,7 +189,7 @@ class Bootstrap : public transport::ControlChannel {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, std::deque<std::vector<uint8_t>>> mailbox_;
-  std::vector<std::string> serviceErrors_;
+  Status serviceError_;  // why the service thread ended early (under mu_)
 
   std::mutex sendMu_;
   std::map<int, net::Socket> out_;

@@ -10,6 +10,7 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "core/device_ipc.h"
 #include "core/link_probe.h"
 #include "topology/topology.h"
 
@@ -46,11 +47,14 @@ Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
-                                           const CommConfig& config) {
+                                           const CommConfig& config, Backend* backend,
+                                           int device) {
   std::unique_ptr<Comm> c(new Comm());
   c->rank_ = rank;
   c->nranks_ = nranks;
   c->config_ = config;
+  c->backend_ = backend;
+  c->device_ = device;
   log::setThreadRank(rank);
   // Once per process: NCCL_* settings that do nothing here are named at WARN.
   params::reportEnvironment();
@@ -133,6 +137,11 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   // between rank 0 and its ring predecessor (on the last node) over them.
   TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
+  if (nranks >= 2 && c->allOnOneHost()) {
+    auto ipc = DeviceIpc::negotiate(c.get(), backend, device);
+    if (!ipc) return ipc.status().withContext("device IPC set-up");
+    c->ipc_ = std::move(ipc.value());
+  }
   TUTTI_INFO(log::kInit,
              "comm {:#x} rank {} nranks {} nodes {} channels {} chunk {} buffsize {} ring next {} "
              "via {} - Init COMPLETE",
@@ -276,10 +285,27 @@ Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
 
 Comm::~Comm() {
   abort_.store(true);
+  ipc_.reset();  // first: it waits through its own arena for peers still reading its buffers
+  if (backend_) freePinned(backend_, &pinned_);
   oneShot_.reset();  // peers waiting on this rank there see it closed
   channels_.clear();
   bootstrap_.reset();
 }
+
+Status Comm::usable() const {
+  if (asyncErrorCode() != 0) return error().withContext("communicator is in error state after");
+  if (aborted()) return invalidUsage("communicator was aborted");
+  return Status::ok();
+}
+
+void* Comm::registerRange(void* base, size_t bytes) {
+  auto r = std::make_unique<Registration>(Registration{base, bytes});
+  void* handle = r.get();
+  registrations_.emplace(handle, std::move(r));
+  return handle;
+}
+
+bool Comm::deregister(void* handle) { return registrations_.erase(handle) != 0; }
 
 std::string Comm::describePeer(int r) const {
   const PeerInfo& p = peer(r);

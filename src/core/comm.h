@@ -24,13 +24,17 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "algo/schedule.h"
 #include "base/status.h"
+#include "core/backend.h"
 #include "core/bootstrap.h"
 #include "core/link_probe.h"
 #include "core/oneshot.h"
+#include "core/op.h"
+#include "core/staging.h"
 #include "transports/transport.h"
 
 namespace tutti::topo {
@@ -38,6 +42,9 @@ struct Topology;
 }  // namespace tutti::topo
 
 namespace tutti::core {
+
+class DeviceIpc;
+struct LoneWork;
 
 struct CommConfig {
   bool blocking = true;
@@ -74,8 +81,12 @@ struct Channel {
 
 class Comm {
  public:
+  // `backend` (the process backend) and `device` (the device this rank is
+  // bound to): where its buffers live. Ranks on one host negotiate device IPC
+  // here (core/device_ipc.h).
   static Result<std::unique_ptr<Comm>> create(const UniqueIdData& id, int rank, int nranks,
-                                              const CommConfig& config);
+                                              const CommConfig& config, Backend* backend,
+                                              int device);
   ~Comm();
 
   int rank() const { return rank_; }
@@ -133,6 +144,26 @@ class Comm {
   // -1: first touch decides.
   int homeNuma() const { return homeNuma_; }
 
+  // The device side: the backend buffers are checked against, the device
+  // this rank is bound to, the pinned host memory device buffers are staged
+  // through (core/staging.h; used under mutex()), and device-to-device
+  // collectives between the processes of one host (null when not used).
+  Backend& backend() const { return *backend_; }
+  int device() const { return device_; }
+  PinnedBuffer* pinnedStaging() { return &pinned_; }
+  DeviceIpc* deviceIpc() const { return ipc_.get(); }
+
+  // PreMulSum operators created on this communicator; op value
+  // ncclNumOps + i is userOps()[i] (its `live` says whether it still exists).
+  std::vector<UserRedOp>& userOps() { return userOps_; }
+  // ncclCommRegister's records: the handle is the record's address.
+  void* registerRange(void* base, size_t bytes);
+  bool deregister(void* handle);
+  // ncclCommSplit's count: the n-th split of this communicator on every rank.
+  uint64_t nextSplitSeq() { return splitSeq_++; }
+  // The planner's cache of the last collective run alone (core/group.cc).
+  std::shared_ptr<LoneWork>& loneWork() { return loneWork_; }
+
   // Per-operation scratch memory owned by the communicator (grown on demand).
   Result<uint8_t*> scratch(size_t bytes);
   // The executor's state for this communicator's operations (core/executor.cc), kept from one
@@ -147,6 +178,8 @@ class Comm {
   // Records the first error; later operations fail fast with it.
   void setError(const Status& st);
   Status error() const;
+  // Ok while operations may run: not in error state, not aborted.
+  Status usable() const;
   int asyncErrorCode() const { return asyncError_.load(); }
 
   size_t chunkBytes() const { return chunkBytes_; }
@@ -189,6 +222,18 @@ class Comm {
 
   int rank_ = -1, nranks_ = 0, nChannels_ = 1;
   CommConfig config_;
+  Backend* backend_ = nullptr;
+  int device_ = 0;
+  PinnedBuffer pinned_;
+  std::unique_ptr<DeviceIpc> ipc_;
+  std::vector<UserRedOp> userOps_;
+  struct Registration {
+    void* base;
+    size_t bytes;
+  };
+  std::unordered_map<void*, std::unique_ptr<Registration>> registrations_;
+  uint64_t splitSeq_ = 0;
+  std::shared_ptr<LoneWork> loneWork_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;
   std::unique_ptr<OneShot> oneShot_;

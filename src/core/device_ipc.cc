@@ -1,4 +1,4 @@
-#include "capi/device_ipc.h"
+#include "core/device_ipc.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 #include "base/params.h"
 #include "nccl.h"
 
-namespace tutti::capi {
+namespace tutti::core {
 
 using algo::Collective;
 using Clock = std::chrono::steady_clock;
@@ -108,7 +108,7 @@ Status sendFd(uint64_t hash, int rank, int q, int pid, int fd) {
 
 // Accepts one connection and receives (rank, fd); the sender's pid must be
 // that rank's in `peers`.
-Status recvFd(int listener, const std::vector<core::PeerInfo>& peers, Clock::time_point deadline,
+Status recvFd(int listener, const std::vector<PeerInfo>& peers, Clock::time_point deadline,
               const std::atomic<bool>* abortFlag, int* rankOut, Fd* fdOut) {
   int c = -1;
   for (;;) {
@@ -161,7 +161,7 @@ void sliceOf(size_t count, int n, int j, size_t* start, size_t* len) {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceIpc>> DeviceIpc::negotiate(core::Comm* comm, core::Backend* backend,
+Result<std::unique_ptr<DeviceIpc>> DeviceIpc::negotiate(Comm* comm, Backend* backend,
                                                         int device) {
   const int n = comm->nranks(), rank = comm->rank();
   struct Offer {
@@ -326,7 +326,7 @@ Status DeviceIpc::setUp() {
   peerFds.clear();  // the backend dup()ed what it keeps
   if (!agree("import its peers' IPC buffers", &result)) return result;
   // Phase 4: the barriers' own arena (collective; nullptr on every rank or none).
-  auto control = core::OneShot::create(comm_, 64);
+  auto control = OneShot::create(comm_, 64);
   if (!control) return giveUp(control.status(), false);
   if (!control.value())
     return giveUp(internalError("no shared-memory arena for its barriers"), true);
@@ -352,7 +352,7 @@ Status DeviceIpc::barrier(const Status& local) {
   const int n = comm_->nranks();
   std::vector<int64_t> all(n, 0);
   int64_t mine = local.isOk() ? 0 : 1 + static_cast<int64_t>(local.code());
-  core::OneShotOp op;
+  OneShotOp op;
   op.coll = Collective::kAllGather;
   op.send = reinterpret_cast<const uint8_t*>(&mine);
   op.recv = reinterpret_cast<uint8_t*>(all.data());
@@ -415,7 +415,7 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
   const size_t E = op.elemSize, count = op.count;
   const auto* send = static_cast<const uint8_t*>(op.send);
   auto* recv = static_cast<uint8_t*>(op.recv);
-  const core::Queue q = op.stream;
+  const Queue q = op.stream;
   // Elements per round: the whole chunk, or a region of it per rank.
   const bool regions = op.coll == Collective::kReduceScatter || op.coll == Collective::kScatter ||
                        op.coll == Collective::kAllToAll;
@@ -521,4 +521,4 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
   return barrier(local);
 }
 
-}  // namespace tutti::capi
+}  // namespace tutti::core

@@ -46,7 +46,7 @@
 #include "core/comm.h"
 #include "core/oneshot.h"
 
-namespace tutti::capi {
+namespace tutti::core {
 
 struct IpcOp {
   algo::Collective coll;
@@ -63,14 +63,14 @@ struct IpcOp {
   int reduceOp = 0;
   const void* scalar = nullptr;
   bool scalarOnDevice = false;
-  core::Queue stream = nullptr;
+  Queue stream = nullptr;
 };
 
 class DeviceIpc {
  public:
   // Collective over comm's bootstrap (see the contract); nullptr when IPC is
   // not used.
-  static Result<std::unique_ptr<DeviceIpc>> negotiate(core::Comm* comm, core::Backend* backend,
+  static Result<std::unique_ptr<DeviceIpc>> negotiate(Comm* comm, Backend* backend,
                                                       int device);
   ~DeviceIpc();
   DeviceIpc(const DeviceIpc&) = delete;
@@ -83,7 +83,7 @@ class DeviceIpc {
   uint64_t operations() const { return ops_; }
 
  private:
-  DeviceIpc(core::Comm* comm, core::Backend* backend, int device, size_t chunk, size_t minBytes)
+  DeviceIpc(Comm* comm, Backend* backend, int device, size_t chunk, size_t minBytes)
       : comm_(comm), be_(backend), device_(device), chunk_(chunk), minBytes_(minBytes) {}
   Status setUp();
   // Everyone's local status; an error if any rank's is (or the wait fails).
@@ -99,16 +99,16 @@ class DeviceIpc {
   Status reduceFrom(const IpcOp& op, void* dst, uint64_t round, size_t off, size_t elems);
   Status runRounds(const IpcOp& op);
 
-  core::Comm* comm_;
-  core::Backend* be_;
+  Comm* comm_;
+  Backend* be_;
   int device_;
   size_t chunk_, minBytes_;
   void* mine_ = nullptr;     // 2 * chunk_ bytes of device memory
   std::vector<void*> bufs_;  // per rank: mine_ or the imported mapping
-  std::unique_ptr<core::OneShot> control_;
+  std::unique_ptr<OneShot> control_;
   uint64_t round_ = 0;  // rounds run, the same on every rank
   uint64_t ops_ = 0;
   std::vector<const void*> srcs_;
 };
 
-}  // namespace tutti::capi
+}  // namespace tutti::core

@@ -14,6 +14,7 @@
 #include "backends/cpu/kernels.h"
 #include "base/backoff.h"
 #include "base/log.h"
+#include "core/bootstrap.h"  // startThread
 
 namespace tutti::core {
 namespace {
@@ -706,11 +707,26 @@ Status execute(std::vector<Work*>& work) {
   if (runs.size() == 1) {
     connected[0] = work[0]->comm->ensureConnected(runs[0]->peerList());
   } else {
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < runs.size(); ++i)
-      threads.emplace_back(
-          [&, i] { connected[i] = work[i]->comm->ensureConnected(runs[i]->peerList()); });
-    for (auto& t : threads) t.join();
+    // What a connect thread throws, or a thread that cannot be started,
+    // becomes that communicator's connect error (startThread). Joined at the
+    // end of the scope, also when an exception leaves it.
+    struct JoinAll {
+      std::vector<std::thread> v;
+      ~JoinAll() {
+        for (auto& t : v) t.join();
+      }
+    } threads;
+    threads.v.reserve(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      auto t = startThread(
+          "connect", fmt::format("connect thread of rank {}", work[i]->comm->rank()),
+          [&, i] { return work[i]->comm->ensureConnected(runs[i]->peerList()); },
+          [&, i](Status st) { connected[i] = std::move(st); });
+      if (t)
+        threads.v.push_back(std::move(t.value()));
+      else
+        connected[i] = t.status();
+    }
   }
   // One failure ends the whole group: the other communicators' operations
   // stop half-way, so they are broken too (and say why).

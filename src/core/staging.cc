@@ -1,11 +1,11 @@
-#include "capi/device_staging.h"
+#include "core/staging.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "base/log.h"
 
-namespace tutti::capi {
+namespace tutti::core {
 
 using algo::Collective;
 
@@ -68,7 +68,7 @@ struct Staged {
 
 Status DeviceStaging::stageIn(std::vector<StageOp>& ops, PinnedBuffer* pinned) {
   if (be_->hostOnly()) return Status::ok();
-  auto addStream = [&](core::Queue q) {
+  auto addStream = [&](Queue q) {
     if (std::find(streams_.begin(), streams_.end(), q) == streams_.end()) streams_.push_back(q);
   };
   // 1. Which ranges are device memory, and where each goes in the buffer.
@@ -106,7 +106,7 @@ Status DeviceStaging::stageIn(std::vector<StageOp>& ops, PinnedBuffer* pinned) {
   }
   if (plans.empty()) {
     // Host buffers only: earlier device work on the streams may still write them.
-    for (core::Queue q : streams_) TUTTI_RETURN_IF_ERROR(be_->sync(q));
+    for (Queue q : streams_) TUTTI_RETURN_IF_ERROR(be_->sync(q));
     streams_.clear();
     return Status::ok();
   }
@@ -141,7 +141,7 @@ Status DeviceStaging::stageIn(std::vector<StageOp>& ops, PinnedBuffer* pinned) {
     if (*o.recv)
       if (uint8_t* h = hostOf(*o.recv)) *o.recv = h;
   }
-  for (core::Queue q : streams_) TUTTI_RETURN_IF_ERROR(be_->sync(q));
+  for (Queue q : streams_) TUTTI_RETURN_IF_ERROR(be_->sync(q));
   return Status::ok();
 }
 
@@ -153,7 +153,7 @@ Status DeviceStaging::stageOut(bool copyBack) {
     if (!st) break;
   }
   // Drain every stream even after a failure: the staging memory is reused.
-  for (core::Queue q : streams_) {
+  for (Queue q : streams_) {
     Status s = be_->sync(q);
     if (st && !s) st = s;
   }
@@ -162,7 +162,7 @@ Status DeviceStaging::stageOut(bool copyBack) {
   return st;
 }
 
-void freePinned(core::Backend* backend, PinnedBuffer* pinned) {
+void freePinned(Backend* backend, PinnedBuffer* pinned) {
   if (pinned->ptr && backend) {
     Status st = backend->hostFree(pinned->ptr);
     if (!st) TUTTI_WARN("freeing staging memory: {}", st.message());
@@ -171,4 +171,4 @@ void freePinned(core::Backend* backend, PinnedBuffer* pinned) {
   pinned->cap = 0;
 }
 
-}  // namespace tutti::capi
+}  // namespace tutti::core

@@ -22,7 +22,7 @@
 #include "base/status.h"
 #include "core/backend.h"
 
-namespace tutti::capi {
+namespace tutti::core {
 
 // One operation's buffers, as the API saw them (rewritten by stageIn).
 struct StageOp {
@@ -32,7 +32,7 @@ struct StageOp {
   size_t count;  // as passed to the API
   size_t elemSize;
   int rank, nranks, root;  // root: root or peer
-  core::Queue stream;
+  Queue stream;
 };
 
 // Pinned host memory grown on demand; owned by a communicator.
@@ -43,7 +43,7 @@ struct PinnedBuffer {
 
 class DeviceStaging {
  public:
-  explicit DeviceStaging(core::Backend* backend) : be_(backend) {}
+  explicit DeviceStaging(Backend* backend) : be_(backend) {}
   // Stages the device buffers of ops (all of one communicator) in *pinned.
   Status stageIn(std::vector<StageOp>& ops, PinnedBuffer* pinned);
   // After the operations ran: copies outputs back (unless copyBack is false:
@@ -57,11 +57,11 @@ class DeviceStaging {
     void* dst;
     const void* src;
     size_t bytes;
-    core::Queue stream;
+    Queue stream;
   };
-  core::Backend* be_;
+  Backend* be_;
   std::vector<CopyOut> out_;
-  std::vector<core::Queue> streams_;  // to drain, each once
+  std::vector<Queue> streams_;  // to drain, each once
 };
 
 // Bytes of an operation's send and receive buffers that this rank reads and
@@ -71,6 +71,6 @@ void ioBytes(algo::Collective coll, size_t count, size_t elemSize, int rank, int
              size_t* sendBytes, size_t* recvBytes);
 
 // Frees a communicator's pinned staging memory.
-void freePinned(core::Backend* backend, PinnedBuffer* pinned);
+void freePinned(Backend* backend, PinnedBuffer* pinned);
 
-}  // namespace tutti::capi
+}  // namespace tutti::core

@@ -1,0 +1,45 @@
+// The planner: turns validated operations (core/op.h) into the work that runs
+// them, and runs it.
+//
+// Contract
+// - runOne(): an operation outside any group. On host memory a small
+//   collective on one host takes the one-shot path (no schedule, no
+//   executor); a plain collective reuses the work of the communicator's last
+//   lone collective when it has the same shape (a repeated call builds no
+//   schedule and allocates nothing); anything else runs as a group of one.
+// - runGroup(): the operations of one ncclGroupStart/End, in call order, over
+//   any number of communicators of this process, all progressed together (one
+//   thread may drive every rank of a communicator). Per communicator: device
+//   IPC takes the raw collectives it was negotiated for (core/device_ipc.h);
+//   device buffers of the rest are staged through pinned host memory
+//   (core/staging.h); fp16 compression agrees its scales (one small max
+//   all-reduce); point-to-point operations form one schedule (instance 0),
+//   collectives follow in call order, so both sides of any pair agree on
+//   instance numbers whatever the interleaving.
+// - Both take the communicators' mutexes (in address order) and complete the
+//   operations before they return (0.1's synchronous core: docs/architecture.md).
+// - The result names the communicator an error belongs to: the one whose
+//   operation failed, else the first in error state, else the first.
+#pragma once
+
+#include <vector>
+
+#include "base/status.h"
+#include "core/op.h"
+
+namespace tutti::core {
+
+struct RunResult {
+  Status status;
+  Comm* comm = nullptr;  // where the error belongs (null when ok)
+};
+
+RunResult runOne(const Op& op);
+RunResult runGroup(std::vector<Op>& ops);
+
+// What TUTTI_COMPRESSION asks of a plain all-reduce on `comm` (float32
+// sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
+// several nodes): fp16 or bf16 on the wire, or nothing.
+algo::Wire envCompression(const Comm& comm, size_t bytes, int dt, int op);
+
+}  // namespace tutti::core
