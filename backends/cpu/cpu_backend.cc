@@ -1,8 +1,10 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,12 @@ ncclResult_t cpuCurrentDevice(void*, int32_t* device) {
   *device = 0;
   return ncclSuccess;
 }
+ncclResult_t cpuSetDevice(void*, int32_t device) {
+  if (device != 0)
+    return failWith(ncclInvalidArgument, "setDevice: no device " + std::to_string(device) +
+                                             " (the CPU backend has one device, 0)");
+  return ncclSuccess;
+}
 ncclResult_t cpuQueryPointer(void*, const void*, tuttiPluginPointerInfo_v1* info) {
   info->memoryType = TUTTI_PLUGIN_MEM_UNKNOWN;
   info->device = -1;
@@ -64,10 +72,29 @@ ncclResult_t cpuMemcpy(void*, void* dst, const void* src, uint64_t bytes, tuttiP
   return ncclSuccess;
 }
 
-// Queues and events are tokens: work is complete when its call returns.
+// Queues are tokens: work is complete when its call returns.
 struct Token {
   int unused = 0;
 };
+// Events: a recorded event is complete as soon as it is recorded; a host
+// event is a flag that hostEventSignal sets (the condition variable serves
+// eventSynchronize on another thread).
+struct CpuEvent {
+  explicit CpuEvent(bool h) : host(h) {}
+  const bool host;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool signalled = false;  // host events only; guarded by mu
+  bool isSignalled() {
+    std::lock_guard<std::mutex> lock(mu);
+    return signalled;
+  }
+};
+CpuEvent* eventOf(tuttiPluginEvent_t e) { return reinterpret_cast<CpuEvent*>(e); }
+// A host event not signalled yet (NULL and recorded events: false).
+bool hostPending(tuttiPluginEvent_t e) {
+  return e != nullptr && eventOf(e)->host && !eventOf(e)->isSignalled();
+}
 ncclResult_t cpuQueueCreate(void*, int32_t, tuttiPluginQueue_t* q) {
   *q = reinterpret_cast<tuttiPluginQueue_t>(new Token);
   return ncclSuccess;
@@ -78,20 +105,60 @@ ncclResult_t cpuQueueDestroy(void*, tuttiPluginQueue_t q) {
 }
 ncclResult_t cpuQueueSync(void*, tuttiPluginQueue_t) { return ncclSuccess; }
 ncclResult_t cpuEventCreate(void*, int32_t, tuttiPluginEvent_t* e) {
-  *e = reinterpret_cast<tuttiPluginEvent_t>(new Token);
+  *e = reinterpret_cast<tuttiPluginEvent_t>(new CpuEvent(false));
   return ncclSuccess;
 }
+ncclResult_t cpuHostEventCreate(void*, int32_t device, tuttiPluginEvent_t* e) {
+  if (device != 0)
+    return failWith(ncclInvalidArgument, "hostEventCreate: no device " + std::to_string(device));
+  *e = reinterpret_cast<tuttiPluginEvent_t>(new CpuEvent(true));
+  return ncclSuccess;
+}
+// No queue ever waits on an event here (see cpuEventWait), so destroying one
+// releases nothing.
 ncclResult_t cpuEventDestroy(void*, tuttiPluginEvent_t e) {
-  delete reinterpret_cast<Token*>(e);
+  delete eventOf(e);
   return ncclSuccess;
 }
-ncclResult_t cpuEventRecord(void*, tuttiPluginEvent_t, tuttiPluginQueue_t) { return ncclSuccess; }
-ncclResult_t cpuEventWait(void*, tuttiPluginQueue_t, tuttiPluginEvent_t) { return ncclSuccess; }
-ncclResult_t cpuEventQuery(void*, tuttiPluginEvent_t, int32_t* done) {
-  *done = 1;
+ncclResult_t cpuEventRecord(void*, tuttiPluginEvent_t e, tuttiPluginQueue_t) {
+  if (e != nullptr && eventOf(e)->host)
+    return failWith(ncclInvalidArgument,
+                    "eventRecord: a host event is completed by hostEventSignal, not by a queue");
   return ncclSuccess;
 }
-ncclResult_t cpuEventSync(void*, tuttiPluginEvent_t) { return ncclSuccess; }
+// Later work on a queue of this backend is the caller's own next call, which
+// runs to completion before it returns: it could wait for a host event only by
+// blocking the caller, and the thread that will signal may be that caller. So
+// a wait on a host event not signalled yet is refused (nothing is enqueued);
+// once signalled there is nothing to wait for.
+ncclResult_t cpuEventWait(void*, tuttiPluginQueue_t, tuttiPluginEvent_t e) {
+  if (hostPending(e))
+    return failWith(ncclInvalidArgument,
+                    "eventWait: the host event is not signalled and the CPU backend's queues are "
+                    "synchronous (work completes before its call returns), so later work could "
+                    "wait only by blocking this thread; signal it first");
+  return ncclSuccess;
+}
+ncclResult_t cpuEventQuery(void*, tuttiPluginEvent_t e, int32_t* done) {
+  *done = hostPending(e) ? 0 : 1;
+  return ncclSuccess;
+}
+ncclResult_t cpuEventSync(void*, tuttiPluginEvent_t e) {
+  if (e == nullptr || !eventOf(e)->host) return ncclSuccess;
+  CpuEvent* ev = eventOf(e);
+  std::unique_lock<std::mutex> lock(ev->mu);
+  ev->cv.wait(lock, [ev] { return ev->signalled; });
+  return ncclSuccess;
+}
+ncclResult_t cpuHostEventSignal(void*, tuttiPluginEvent_t e) {
+  if (e == nullptr || !eventOf(e)->host)
+    return failWith(ncclInvalidArgument, "hostEventSignal: not a host event");
+  CpuEvent* ev = eventOf(e);
+  std::lock_guard<std::mutex> lock(ev->mu);
+  ev->signalled = true;
+  ev->cv.notify_all();
+  return ncclSuccess;
+}
 
 ncclResult_t cpuReduce(void*, const tuttiPluginReduceArgs_v1* a, tuttiPluginQueue_t) {
   if (!validType(a->datatype))
@@ -247,6 +314,9 @@ tuttiBackendPlugin_v1 makeTable() {
   t.unpack1bit = cpuUnpack1bit;
   t.gemm = cpuGemm;
   t.orthogonalize = cpuOrthogonalize;
+  t.setDevice = cpuSetDevice;
+  t.hostEventCreate = cpuHostEventCreate;
+  t.hostEventSignal = cpuHostEventSignal;
   return t;
 }
 

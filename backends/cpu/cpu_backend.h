@@ -5,7 +5,17 @@
 // Contract: every pointer is host memory (queryPointer answers UNKNOWN);
 // memAlloc/hostAlloc are page-aligned heap memory; "queues" run nothing
 // asynchronously: every async call has completed when it returns, so queues
-// and events are tokens and synchronising is free. IPC is not offered (the
+// and events are tokens and synchronising is free. Host events
+// (hostEventCreate) are flags: eventQuery answers 0 until hostEventSignal,
+// eventSynchronize blocks until then (it must be signalled by another thread),
+// eventRecord on one is ncclInvalidArgument. Later work on a queue here is
+// the caller's own next call, which completes before it returns, so it could
+// wait for a host event only by blocking that caller (a deadlock when the
+// caller is the one to signal): eventWait on a host event that is not
+// signalled is refused with ncclInvalidArgument and enqueues nothing, and on
+// a signalled one does nothing. tutti never uses host events with this
+// backend (host memory is complete on return). setDevice accepts device 0
+// only. IPC is not offered (the
 // shared-memory transport moves host memory between processes). The kernels
 // are the reference kernels of kernels.h, codec_kernels.h and dense_kernels.h;
 // gemm accumulates each dot product in double over k in order and rounds once.

@@ -25,16 +25,41 @@
 //   no-op), as the static CUDA runtime cannot be unloaded safely.
 // - Runtime errors that are not sticky are cleared (cudaGetLastError) so that a
 //   failed call does not poison later ones. lastError is per thread.
+// - setDevice is cudaSetDevice (per thread, as CUDA's current device is).
+// - Host events: a 32-bit slot in pinned host memory mapped into the device
+//   (cudaHostAlloc portable + mapped, cudaHostGetDevicePointer) and a target
+//   value; the event is signalled once the slot holds the target, which
+//   hostEventSignal stores from the host. eventWait enqueues
+//   cuStreamWaitValue32(slot >= target, cyclic) (resolved with
+//   cudaGetDriverEntryPointByVersion) on devices that can use stream memory
+//   operations (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 and
+//   cudaDevAttrCanMapHostMemory; GEQ, so ..._WAIT_VALUE_NOR is not needed),
+//   else, or when the driver answers CUDA_ERROR_NOT_SUPPORTED, a host function
+//   (cudaLaunchHostFunc) that waits on a condition variable until the slot
+//   holds the target; that blocks CUDA's callback thread, so other host
+//   functions of the process wait too. Slots live in slabs of kSlabSlots that
+//   are freed only by finalize (cudaFreeHost may synchronise the device, which
+//   must not happen while a stream waits for a signal). A destroyed event is
+//   signalled first, and its slot's next event takes a higher target: a wait
+//   still queued for the old one is satisfied by the old value, so a slot is
+//   reused at once, without knowing when streams have passed their waits.
+//   finalize signals every live host event and waits for pending host
+//   functions before freeing the slabs.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernel_ops.h"
@@ -75,11 +100,39 @@ ncclResult_t cudaFail(cudaError_t e, const char* what) {
 // ---- context --------------------------------------------------------------------------
 
 using GetAddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using StreamWaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using DeviceGetFn = CUresult (*)(CUdevice*, int);
+using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+
+// One host event (see the contract): its slot and the value that signals it.
+struct HostEvent {
+  uint32_t* slot = nullptr;  // host address
+  CUdeviceptr devSlot = 0;   // the same word as the device sees it
+  uint32_t target = 0;
+};
 
 struct Context {
   const tuttiBackendHost_v1* host = nullptr;
   int devices = 0;
-  GetAddressRangeFn getAddressRange = nullptr;  // cuMemGetAddressRange, when the driver has it
+  GetAddressRangeFn getAddressRange = nullptr;      // cuMemGetAddressRange, when the driver has it
+  StreamWaitValue32Fn streamWaitValue32 = nullptr;  // cuStreamWaitValue32, when the driver has it
+  // Per device: host-event waits use cuStreamWaitValue32 (cleared if the
+  // driver refuses one at run time).
+  std::unique_ptr<std::atomic<bool>[]> memOpsWait;
+  // Host events. hostMu guards the members below; hostCv wakes host-function
+  // waits and eventSynchronize when a slot changes, and finalize when a
+  // host-function wait ends.
+  static constexpr size_t kSlabSlots = 1024;
+  std::mutex hostMu;
+  std::condition_variable hostCv;
+  std::vector<void*> slabs;  // cudaHostAlloc'd, freed by finalize
+  struct Slot {
+    uint32_t* host;
+    CUdeviceptr dev;
+  };
+  std::vector<Slot> freeSlots;
+  std::unordered_map<tuttiPluginEvent_t, std::unique_ptr<HostEvent>> hostEvents;  // live
+  int hostFuncWaits = 0;  // host functions enqueued and not finished
   // IPC imports: handle bytes + device -> mapping; imported pointer -> keys.
   struct Mapping {
     void* base = nullptr;
@@ -137,7 +190,147 @@ class DeviceGuard {
 cudaStream_t streamOf(tuttiPluginQueue_t q) { return reinterpret_cast<cudaStream_t>(q); }
 cudaEvent_t eventOf(tuttiPluginEvent_t e) { return reinterpret_cast<cudaEvent_t>(e); }
 
+// ---- host events (see the contract) ------------------------------------------------------
+
+// The slot holds the target or a later value (cyclic, as cuStreamWaitValue32's GEQ).
+bool reached(const uint32_t* slot, uint32_t target) {
+  return static_cast<int32_t>(__atomic_load_n(slot, __ATOMIC_ACQUIRE) - target) >= 0;
+}
+
+// Stores e's target (the GPU's waits read it from the mapped word) and wakes
+// host-side waiters. Caller holds c->hostMu.
+void signalLocked(Context* c, const HostEvent& e) {
+  __atomic_store_n(e.slot, e.target, __ATOMIC_RELEASE);
+  c->hostCv.notify_all();
+}
+
+// A copy of the host event behind `event`; false for a cudaEvent_t.
+bool findHostEvent(Context* c, tuttiPluginEvent_t event, HostEvent* out) {
+  if (c == nullptr || event == nullptr) return false;
+  std::lock_guard<std::mutex> lk(c->hostMu);
+  auto it = c->hostEvents.find(event);
+  if (it == c->hostEvents.end()) return false;
+  *out = *it->second;
+  return true;
+}
+
+// A host function that holds its stream until the slot reaches the target.
+struct HostFuncWait {
+  Context* c;
+  const uint32_t* slot;
+  uint32_t target;
+};
+
+void CUDART_CB waitOnHost(void* arg) {
+  const std::unique_ptr<HostFuncWait> w(static_cast<HostFuncWait*>(arg));
+  Context* c = w->c;
+  std::unique_lock<std::mutex> lk(c->hostMu);
+  c->hostCv.wait(lk, [&] { return reached(w->slot, w->target); });
+  --c->hostFuncWaits;
+  c->hostCv.notify_all();  // finalize may be waiting for the last one
+}
+
+// Makes later work on `stream` wait for e (the current device is the stream's).
+ncclResult_t waitForHostEvent(Context* c, cudaStream_t stream, const HostEvent& e) {
+  if (reached(e.slot, e.target)) return ncclSuccess;  // signalled: nothing to wait for
+  int device = 0;
+  TUTTI_CUDA_TRY(cudaGetDevice(&device), "eventWait: cudaGetDevice");
+  if (device >= 0 && device < c->devices && c->memOpsWait[device].load()) {
+    const CUresult r = c->streamWaitValue32(reinterpret_cast<CUstream>(stream), e.devSlot, e.target,
+                                            CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) return ncclSuccess;
+    if (r != CUDA_ERROR_NOT_SUPPORTED)
+      return fail(ncclUnhandledCudaError, "eventWait: cuStreamWaitValue32 failed (CUresult %d)",
+                  static_cast<int>(r));
+    c->memOpsWait[device].store(false);
+    logLine(c, TUTTI_PLUGIN_LOG_INFO,
+            "CUDA backend: device %d refuses cuStreamWaitValue32; host events wait with a host "
+            "function there",
+            device);
+  }
+  HostFuncWait* w = new (std::nothrow) HostFuncWait{c, e.slot, e.target};
+  if (w == nullptr) return fail(ncclSystemError, "eventWait: out of memory");
+  {
+    std::lock_guard<std::mutex> lk(c->hostMu);
+    ++c->hostFuncWaits;
+  }
+  const cudaError_t err = cudaLaunchHostFunc(stream, waitOnHost, w);
+  if (err != cudaSuccess) {
+    {
+      std::lock_guard<std::mutex> lk(c->hostMu);
+      --c->hostFuncWaits;
+    }
+    delete w;
+    return cudaFail(err, "eventWait: cudaLaunchHostFunc");
+  }
+  return ncclSuccess;
+}
+
+// A free slot, allocating a slab when none is left (outside the lock: the
+// allocation may take long and must not hold up hostEventSignal).
+ncclResult_t takeSlot(Context* c, int device, Context::Slot* out) {
+  {
+    std::lock_guard<std::mutex> lk(c->hostMu);
+    if (!c->freeSlots.empty()) {
+      *out = c->freeSlots.back();
+      c->freeSlots.pop_back();
+      return ncclSuccess;
+    }
+  }
+  DeviceGuard g;
+  TUTTI_CUDA_TRY(g.set(device), "hostEventCreate: cudaSetDevice");
+  void* slab = nullptr;
+  const size_t bytes = Context::kSlabSlots * sizeof(uint32_t);
+  TUTTI_CUDA_TRY(cudaHostAlloc(&slab, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
+                 "hostEventCreate: cudaHostAlloc");
+  memset(slab, 0, bytes);
+  void* dev = nullptr;
+  const cudaError_t e = cudaHostGetDevicePointer(&dev, slab, 0);
+  if (e != cudaSuccess) {
+    cudaFreeHost(slab);
+    return cudaFail(e, "hostEventCreate: cudaHostGetDevicePointer");
+  }
+  std::lock_guard<std::mutex> lk(c->hostMu);
+  try {
+    c->slabs.push_back(slab);
+    for (size_t i = Context::kSlabSlots; i-- > 1;)
+      c->freeSlots.push_back({static_cast<uint32_t*>(slab) + i,
+                              reinterpret_cast<CUdeviceptr>(dev) + i * sizeof(uint32_t)});
+  } catch (const std::bad_alloc&) {
+    return fail(ncclSystemError, "hostEventCreate: out of memory");
+  }
+  *out = {static_cast<uint32_t*>(slab), reinterpret_cast<CUdeviceptr>(dev)};
+  return ncclSuccess;
+}
+
 // ---- life cycle ---------------------------------------------------------------------------
+
+// A driver function by name, in its CUDA 12.0 ABI; NULL when the driver lacks it.
+void* driverEntry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  const bool ok =
+      cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess;
+  cudaGetLastError();
+  return ok ? fn : nullptr;
+}
+
+// Whether host-event waits on `device` can be cuStreamWaitValue32 on a mapped
+// host word (see the contract).
+bool canWaitOnHostMemory(const Context* c, int device, DeviceGetFn deviceGet,
+                         DeviceGetAttributeFn getAttribute) {
+  if (c->streamWaitValue32 == nullptr || deviceGet == nullptr || getAttribute == nullptr)
+    return false;
+  int mapHost = 0, memOps = 0;
+  CUdevice dev = 0;
+  const bool ok =
+      cudaDeviceGetAttribute(&mapHost, cudaDevAttrCanMapHostMemory, device) == cudaSuccess &&
+      deviceGet(&dev, device) == CUDA_SUCCESS &&
+      getAttribute(&memOps, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, dev) == CUDA_SUCCESS;
+  cudaGetLastError();
+  return ok && mapHost == 1 && memOps == 1;
+}
 
 ncclResult_t cuInit(const tuttiBackendHost_v1* host, void** ctx) {
   if (ctx == nullptr) return fail(ncclInvalidArgument, "init: ctx is NULL");
@@ -164,16 +357,26 @@ ncclResult_t cuInit(const tuttiBackendHost_v1* host, void** ctx) {
           ? host
           : nullptr;
   c->devices = count;
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &q) ==
-          cudaSuccess &&
-      q == cudaDriverEntryPointSuccess) {
-    c->getAddressRange = reinterpret_cast<GetAddressRangeFn>(fn);
+  c->getAddressRange = reinterpret_cast<GetAddressRangeFn>(driverEntry("cuMemGetAddressRange"));
+  c->streamWaitValue32 = reinterpret_cast<StreamWaitValue32Fn>(driverEntry("cuStreamWaitValue32"));
+  const auto deviceGet = reinterpret_cast<DeviceGetFn>(driverEntry("cuDeviceGet"));
+  const auto getAttribute =
+      reinterpret_cast<DeviceGetAttributeFn>(driverEntry("cuDeviceGetAttribute"));
+  c->memOpsWait.reset(new (std::nothrow) std::atomic<bool>[static_cast<size_t>(count)]);
+  if (!c->memOpsWait) {
+    delete c;
+    return fail(ncclSystemError, "init: out of memory");
   }
-  cudaGetLastError();
-  logLine(c, TUTTI_PLUGIN_LOG_INFO, "CUDA backend: %d device(s), driver %d, runtime %d", count,
-          driver, CUDART_VERSION);
+  int memOpsDevices = 0;
+  for (int d = 0; d < count; ++d) {
+    const bool yes = canWaitOnHostMemory(c, d, deviceGet, getAttribute);
+    c->memOpsWait[d].store(yes);
+    memOpsDevices += yes ? 1 : 0;
+  }
+  logLine(c, TUTTI_PLUGIN_LOG_INFO,
+          "CUDA backend: %d device(s), driver %d, runtime %d; host events wait with stream "
+          "memory operations on %d device(s), with a host function elsewhere",
+          count, driver, CUDART_VERSION, memOpsDevices);
   *ctx = c;
   return ncclSuccess;
 }
@@ -181,6 +384,17 @@ ncclResult_t cuInit(const tuttiBackendHost_v1* host, void** ctx) {
 ncclResult_t cuFinalize(void* ctx) {
   Context* c = ctxOf(ctx);
   if (c == nullptr) return ncclSuccess;
+  {
+    // Release every stream held by a host event, wait for the host functions
+    // still enqueued (they use c), then free the slots.
+    std::unique_lock<std::mutex> lk(c->hostMu);
+    for (auto& kv : c->hostEvents) signalLocked(c, *kv.second);
+    c->hostCv.wait(lk, [c] { return c->hostFuncWaits == 0; });
+    c->hostEvents.clear();
+    c->freeSlots.clear();
+    for (void* slab : c->slabs) cudaFreeHost(slab);
+    c->slabs.clear();
+  }
   {
     std::lock_guard<std::mutex> lk(c->ipcMu);
     for (auto& kv : c->imports) cudaIpcCloseMemHandle(kv.second.base);
@@ -195,6 +409,14 @@ const char* cuLastError(void*) { return t_lastError; }
 ncclResult_t cuDeviceCount(void* ctx, int32_t* count) {
   if (count == nullptr) return fail(ncclInvalidArgument, "deviceCount: NULL");
   *count = ctxOf(ctx) != nullptr ? ctxOf(ctx)->devices : 0;
+  return ncclSuccess;
+}
+
+ncclResult_t cuSetDevice(void* ctx, int32_t device) {
+  if (device < 0 || (ctxOf(ctx) != nullptr && device >= ctxOf(ctx)->devices))
+    return fail(ncclInvalidArgument, "setDevice: no device %d (%d devices)", device,
+                ctxOf(ctx) != nullptr ? ctxOf(ctx)->devices : 0);
+  TUTTI_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
   return ncclSuccess;
 }
 
@@ -353,28 +575,88 @@ ncclResult_t cuEventCreate(void*, int32_t device, tuttiPluginEvent_t* event) {
   return ncclSuccess;
 }
 
-ncclResult_t cuEventDestroy(void*, tuttiPluginEvent_t event) {
+ncclResult_t cuHostEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+  Context* c = ctxOf(ctx);
+  if (c == nullptr || event == nullptr) return fail(ncclInvalidArgument, "hostEventCreate: NULL");
+  if (device < 0 || device >= c->devices)
+    return fail(ncclInvalidArgument, "hostEventCreate: no device %d", device);
+  std::unique_ptr<HostEvent> e(new (std::nothrow) HostEvent);
+  if (!e) return fail(ncclSystemError, "hostEventCreate: out of memory");
+  Context::Slot slot{};
+  const ncclResult_t rc = takeSlot(c, device, &slot);
+  if (rc != ncclSuccess) return rc;
+  e->slot = slot.host;
+  e->devSlot = slot.dev;
+  e->target = __atomic_load_n(slot.host, __ATOMIC_ACQUIRE) + 1;  // unsignalled
+  const auto handle = reinterpret_cast<tuttiPluginEvent_t>(e.get());
+  std::lock_guard<std::mutex> lk(c->hostMu);
+  try {
+    c->hostEvents.emplace(handle, std::move(e));
+  } catch (const std::bad_alloc&) {
+    c->freeSlots.push_back(slot);
+    return fail(ncclSystemError, "hostEventCreate: out of memory");
+  }
+  *event = handle;
+  return ncclSuccess;
+}
+
+ncclResult_t cuHostEventSignal(void* ctx, tuttiPluginEvent_t event) {
+  Context* c = ctxOf(ctx);
+  if (c == nullptr) return fail(ncclInvalidArgument, "hostEventSignal: not initialised");
+  std::lock_guard<std::mutex> lk(c->hostMu);
+  auto it = c->hostEvents.find(event);
+  if (it == c->hostEvents.end())
+    return fail(ncclInvalidArgument, "hostEventSignal: %p is not a live host event",
+                static_cast<void*>(event));
+  signalLocked(c, *it->second);
+  return ncclSuccess;
+}
+
+ncclResult_t cuEventDestroy(void* ctx, tuttiPluginEvent_t event) {
   if (event == nullptr) return ncclSuccess;
+  if (Context* c = ctxOf(ctx)) {
+    std::lock_guard<std::mutex> lk(c->hostMu);
+    auto it = c->hostEvents.find(event);
+    if (it != c->hostEvents.end()) {
+      // Released, not left waiting; the slot's next event waits for a higher value.
+      signalLocked(c, *it->second);
+      c->freeSlots.push_back({it->second->slot, it->second->devSlot});
+      c->hostEvents.erase(it);
+      return ncclSuccess;
+    }
+  }
   TUTTI_CUDA_TRY(cudaEventDestroy(eventOf(event)), "cudaEventDestroy");
   return ncclSuccess;
 }
 
-ncclResult_t cuEventRecord(void*, tuttiPluginEvent_t event, tuttiPluginQueue_t queue) {
+ncclResult_t cuEventRecord(void* ctx, tuttiPluginEvent_t event, tuttiPluginQueue_t queue) {
+  HostEvent he;
+  if (findHostEvent(ctxOf(ctx), event, &he))
+    return fail(ncclInvalidArgument,
+                "eventRecord: a host event is completed by hostEventSignal, not by a stream");
   DeviceGuard g;
   TUTTI_CUDA_TRY(g.setForStream(streamOf(queue)), "eventRecord: queue device");
   TUTTI_CUDA_TRY(cudaEventRecord(eventOf(event), streamOf(queue)), "cudaEventRecord");
   return ncclSuccess;
 }
 
-ncclResult_t cuEventWait(void*, tuttiPluginQueue_t queue, tuttiPluginEvent_t event) {
+ncclResult_t cuEventWait(void* ctx, tuttiPluginQueue_t queue, tuttiPluginEvent_t event) {
   DeviceGuard g;
   TUTTI_CUDA_TRY(g.setForStream(streamOf(queue)), "eventWait: queue device");
+  HostEvent he;
+  if (findHostEvent(ctxOf(ctx), event, &he))
+    return waitForHostEvent(ctxOf(ctx), streamOf(queue), he);
   TUTTI_CUDA_TRY(cudaStreamWaitEvent(streamOf(queue), eventOf(event), 0), "cudaStreamWaitEvent");
   return ncclSuccess;
 }
 
-ncclResult_t cuEventQuery(void*, tuttiPluginEvent_t event, int32_t* done) {
+ncclResult_t cuEventQuery(void* ctx, tuttiPluginEvent_t event, int32_t* done) {
   if (done == nullptr) return fail(ncclInvalidArgument, "eventQuery: done is NULL");
+  HostEvent he;
+  if (findHostEvent(ctxOf(ctx), event, &he)) {
+    *done = reached(he.slot, he.target) ? 1 : 0;
+    return ncclSuccess;
+  }
   const cudaError_t e = cudaEventQuery(eventOf(event));
   if (e == cudaSuccess || e == cudaErrorNotReady) {
     if (e == cudaErrorNotReady) cudaGetLastError();
@@ -384,7 +666,13 @@ ncclResult_t cuEventQuery(void*, tuttiPluginEvent_t event, int32_t* done) {
   return cudaFail(e, "cudaEventQuery");
 }
 
-ncclResult_t cuEventSynchronize(void*, tuttiPluginEvent_t event) {
+ncclResult_t cuEventSynchronize(void* ctx, tuttiPluginEvent_t event) {
+  HostEvent he;
+  if (Context* c = ctxOf(ctx); findHostEvent(c, event, &he)) {
+    std::unique_lock<std::mutex> lk(c->hostMu);
+    c->hostCv.wait(lk, [&] { return reached(he.slot, he.target); });
+    return ncclSuccess;
+  }
   TUTTI_CUDA_TRY(cudaEventSynchronize(eventOf(event)), "cudaEventSynchronize");
   return ncclSuccess;
 }
@@ -596,6 +884,9 @@ tuttiBackendPlugin_v1 makeTable() {
   t.unpack1bit = cuUnpack1bit;
   t.gemm = cuGemm;
   t.orthogonalize = nullptr;  // host fallback
+  t.setDevice = cuSetDevice;
+  t.hostEventCreate = cuHostEventCreate;
+  t.hostEventSignal = cuHostEventSignal;
   return t;
 }
 

@@ -11,7 +11,15 @@
  *   - the kernels (reduce, castScaled, pack1bit, unpack1bit, gemm,
  *     orthogonalize): tutti then runs its CPU reference kernels on staged
  *     copies (correct, slow, logged once at INFO). Add them one at a time and
- *     re-run tutti-conformance: it checks each against the reference.
+ *     re-run tutti-conformance: it checks each against the reference;
+ *   - host events (hostEventCreate, hostEventSignal): tutti then keeps the
+ *     caller inside each operation on a device queue until it has completed.
+ *     They need queues that can hold back work while the host goes on, which
+ *     this template's synchronous queues cannot do; with a real runtime,
+ *     implement them as the header describes (a host-signalled event or a
+ *     flag in host memory the device waits on) and tutti-conformance's
+ *     HostEventOrdersAQueue checks them.
+ * setDevice is implemented (one device: only device 0 can be made current).
  *
  * "Device" memory here is host memory from posix_memalign; the allocation
  * list below exists only so that queryPointer can answer DEVICE with the
@@ -157,6 +165,13 @@ static ncclResult_t tplDeviceCount(void* ctx, int32_t* count) {
 static ncclResult_t tplCurrentDevice(void* ctx, int32_t* device) {
   (void)ctx;
   *device = 0; /* TODO(vendor): the calling thread's current device */
+  return ncclSuccess;
+}
+
+static ncclResult_t tplSetDevice(void* ctx, int32_t device) {
+  (void)ctx;
+  /* TODO(vendor): make `device` current for the calling thread only. */
+  if (device != 0) return setError(ncclInvalidArgument, "setDevice: no device %d", (int)device);
   return ncclSuccess;
 }
 
@@ -337,7 +352,9 @@ static const tuttiBackendPlugin_v1 kTable = {
     .eventSynchronize = tplEventSynchronize,
     /* Optional, NULL here (see the top of this file):
      * TODO(vendor): .ipcExport, .ipcImport, .ipcClose (all three or none),
-     * .reduce, .castScaled, .pack1bit, .unpack1bit, .gemm, .orthogonalize. */
+     * .reduce, .castScaled, .pack1bit, .unpack1bit, .gemm, .orthogonalize,
+     * .hostEventCreate and .hostEventSignal (both or none). */
+    .setDevice = tplSetDevice,
 };
 
 /* The one exported symbol. Cheap, touches no device: return NULL only if this

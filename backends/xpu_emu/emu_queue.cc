@@ -74,6 +74,14 @@ void Queue::run() {
   done_.notify_all();
 }
 
+Event::Event(int device, Kind kind) : device_(device), kind_(kind) {
+  if (kind_ == Kind::kHost) outstanding_.insert(++recorded_);  // mark 1, until signal()
+}
+
+void Event::signal() {
+  if (kind_ == Kind::kHost) complete(1);
+}
+
 uint64_t Event::newMark() {
   std::lock_guard<std::mutex> lock(mu_);
   outstanding_.insert(++recorded_);  // may throw std::bad_alloc before anything is enqueued

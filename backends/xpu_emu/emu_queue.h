@@ -17,6 +17,14 @@
 //   finishes first does not release a wait on the older mark. Events are
 //   shared (std::shared_ptr) by the commands that use them, so destroying an
 //   event lets pending records complete normally.
+// - A host event (Kind::kHost, hostEventCreate) has one mark, outstanding
+//   from its creation, that only signal() completes (idempotent); it is never
+//   recorded. A wait on it is a command that blocks its queue's worker on the
+//   event's condition variable until the signal (no spinning), so later
+//   commands of that queue run only after it while the thread that enqueued
+//   the wait goes on.
+//   emuEventDestroy and emuFinalize signal host events, so no worker waits
+//   on one forever.
 // - Commands must not throw; everything here is thread-safe.
 #pragma once
 
@@ -63,8 +71,11 @@ class Queue {
 
 class Event {
  public:
-  explicit Event(int device) : device_(device) {}
+  enum class Kind { kQueue, kHost };                     // completed by queue records / by the host
+  explicit Event(int device, Kind kind = Kind::kQueue);  // may throw std::bad_alloc
   int device() const { return device_; }
+  bool isHost() const { return kind_ == Kind::kHost; }
+  void signal();                  // host events: completes the one mark; idempotent
   uint64_t newMark();             // record: the mark the queue will complete
   void complete(uint64_t mark);   // run by the queue when it reaches the mark
   uint64_t latestMark();          // what a wait issued now has to wait for
@@ -74,6 +85,7 @@ class Event {
 
  private:
   const int device_;
+  const Kind kind_;
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t recorded_ = 0;           // newest mark handed out

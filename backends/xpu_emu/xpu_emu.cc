@@ -4,15 +4,24 @@
 //
 // What it emulates:
 // - Devices: XPU_EMU_DEVICES of them (1..8, default 2; 0 emulates a machine
-//   without a device: init fails). The ABI has no setDevice, so the "current
-//   device" of every thread is XPU_EMU_DEVICE (default 0), read once at init.
+//   without a device: init fails). Each thread's current device is
+//   XPU_EMU_DEVICE (default 0, read once at init) until it calls setDevice,
+//   which changes it for that thread only (as cudaSetDevice does).
 // - Memory the host cannot touch: memAlloc returns a PROT_NONE view of a memfd
 //   (emu_memory.h); copies and kernels use a private read/write view.
 //   queryPointer: DEVICE inside memAlloc or ipcImport memory, HOST_PINNED
 //   inside hostAlloc memory, UNKNOWN elsewhere.
-// - Queues: one worker thread each, FIFO (emu_queue.h). The NULL queue is a
-//   per-device default queue created on first use; queueCreate'd queues do not
-//   synchronise with it.
+// - Queues: one worker thread each, FIFO (emu_queue.h). The NULL queue is the
+//   default queue of the calling thread's current device, created on first
+//   use; queueCreate'd queues do not synchronise with it.
+// - Host events (hostEventCreate/hostEventSignal): eventWait on one enqueues
+//   a command that blocks that queue's worker (a condition variable) until
+//   the host signals, so later work on the queue runs only after the signal
+//   and the caller returns at once. queueDestroy does not wait: a destroyed
+//   queue's remaining work runs once its host events are signalled.
+//   eventDestroy signals a host event that is not signalled yet (the waiting
+//   queue goes on), and finalize signals every host event still alive before
+//   it joins the workers, so neither hangs.
 // - memcpyAsync: any mix of device, pinned and pageable memory. A pageable
 //   SOURCE is read before the call returns: up to kStageLimit bytes are copied
 //   into a temporary buffer (the call stays asynchronous), larger ones are
@@ -84,10 +93,13 @@ namespace {
 constexpr int kMaxDevices = 8;
 constexpr uint64_t kStageLimit = 4ull << 20;  // pageable sources up to this are staged
 
+std::atomic<uint64_t> g_contexts{0};  // numbers the contexts init() makes
+
 struct Context {
   void (*log)(int32_t, const char*) = nullptr;
+  const uint64_t id = ++g_contexts;  // tells this context's setDevice apart (see currentOf)
   int nDevices = 0;
-  int current = 0;
+  int current = 0;  // every thread's current device until it calls setDevice
   MemoryRegistry mem;
   // Fault injection (see the top of this file): every failEvery[i]-th call
   // fails, 0 never; calls[i] counts them. [0] ipcExport, [1] ipcImport.
@@ -130,6 +142,16 @@ ncclResult_t guarded(const char* what, Fn&& fn) noexcept {
   }
 }
 
+// The calling thread's setDevice choice, for the context numbered ctxId
+// (a later context at the same address does not inherit it).
+struct ThreadDevice {
+  uint64_t ctxId = 0;
+  int device = 0;
+};
+thread_local ThreadDevice t_device;
+
+int currentOf(const Context* c) { return t_device.ctxId == c->id ? t_device.device : c->current; }
+
 ncclResult_t getContext(void* ctx, const char* what, Context** out) {
   if (ctx == nullptr) return setError(ncclInvalidArgument, std::string(what) + ": ctx is NULL");
   *out = static_cast<Context*>(ctx);
@@ -159,8 +181,9 @@ void reapRetiredLocked(Context* c) {
 ncclResult_t getQueue(Context* c, tuttiPluginQueue_t handle, const char* what, Queue** out) {
   std::lock_guard<std::mutex> lock(c->mu);
   if (handle == nullptr) {
-    auto& q = c->defaults[static_cast<size_t>(c->current)];
-    if (!q) q = std::make_unique<Queue>(c->current);
+    const int device = currentOf(c);
+    auto& q = c->defaults[static_cast<size_t>(device)];
+    if (!q) q = std::make_unique<Queue>(device);
     *out = q.get();
     return ncclSuccess;
   }
@@ -273,7 +296,9 @@ ncclResult_t emuFinalize(void* ctx) {
   ncclResult_t r = getContext(ctx, "finalize", &c);
   if (r != ncclSuccess) return r;
   return guarded("finalize", [&]() -> ncclResult_t {
-    // Drain and join every worker (Queue's destructor), then unmap memory.
+    // Release every wait on a host event, then drain and join every worker
+    // (Queue's destructor), then unmap memory.
+    for (auto& kv : c->events) kv.second->signal();
     c->queues.clear();
     c->retired.clear();
     c->defaults.clear();
@@ -303,7 +328,16 @@ ncclResult_t emuCurrentDevice(void* ctx, int32_t* device) {
   ncclResult_t r = getContext(ctx, "currentDevice", &c);
   if (r != ncclSuccess) return r;
   if (device == nullptr) return setError(ncclInvalidArgument, "currentDevice: device is NULL");
-  *device = c->current;
+  *device = currentOf(c);
+  return ncclSuccess;
+}
+
+ncclResult_t emuSetDevice(void* ctx, int32_t device) {
+  Context* c = nullptr;
+  ncclResult_t r = getContext(ctx, "setDevice", &c);
+  if (r != ncclSuccess) return r;
+  if ((r = checkDevice(c, device, "setDevice")) != ncclSuccess) return r;
+  t_device = {c->id, device};
   return ncclSuccess;
 }
 
@@ -459,14 +493,16 @@ ncclResult_t emuQueueSynchronize(void* ctx, tuttiPluginQueue_t queue) {
 
 // ---- events ----------------------------------------------------------------------------
 
-ncclResult_t emuEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+// eventCreate and hostEventCreate (`what` names the call).
+ncclResult_t createEvent(void* ctx, int32_t device, tuttiPluginEvent_t* event, Event::Kind kind,
+                         const char* what) {
   Context* c = nullptr;
-  ncclResult_t r = getContext(ctx, "eventCreate", &c);
+  ncclResult_t r = getContext(ctx, what, &c);
   if (r != ncclSuccess) return r;
-  if (event == nullptr) return setError(ncclInvalidArgument, "eventCreate: event is NULL");
-  if ((r = checkDevice(c, device, "eventCreate")) != ncclSuccess) return r;
-  return guarded("eventCreate", [&]() -> ncclResult_t {
-    auto e = std::make_shared<Event>(device);
+  if (event == nullptr) return setError(ncclInvalidArgument, std::string(what) + ": event is NULL");
+  if ((r = checkDevice(c, device, what)) != ncclSuccess) return r;
+  return guarded(what, [&]() -> ncclResult_t {
+    auto e = std::make_shared<Event>(device, kind);
     std::lock_guard<std::mutex> lock(c->mu);
     c->events.emplace(e.get(), e);
     *event = reinterpret_cast<tuttiPluginEvent_t>(e.get());
@@ -474,17 +510,43 @@ ncclResult_t emuEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event
   });
 }
 
+ncclResult_t emuEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+  return createEvent(ctx, device, event, Event::Kind::kQueue, "eventCreate");
+}
+
+ncclResult_t emuHostEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+  return createEvent(ctx, device, event, Event::Kind::kHost, "hostEventCreate");
+}
+
 ncclResult_t emuEventDestroy(void* ctx, tuttiPluginEvent_t event) {
   Context* c = nullptr;
   ncclResult_t r = getContext(ctx, "eventDestroy", &c);
   if (r != ncclSuccess) return r;
   std::shared_ptr<Event> keep;  // released outside the lock
-  std::lock_guard<std::mutex> lock(c->mu);
-  auto it = c->events.find(reinterpret_cast<Event*>(event));
-  if (it == c->events.end())
-    return setError(ncclInvalidArgument, "eventDestroy: unknown event handle");
-  keep = std::move(it->second);
-  c->events.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    auto it = c->events.find(reinterpret_cast<Event*>(event));
+    if (it == c->events.end())
+      return setError(ncclInvalidArgument, "eventDestroy: unknown event handle");
+    keep = std::move(it->second);
+    c->events.erase(it);
+  }
+  // A queue still waiting on a host event goes on (nothing could signal it
+  // any more); the waiting command's reference keeps the object alive.
+  keep->signal();
+  return ncclSuccess;
+}
+
+ncclResult_t emuHostEventSignal(void* ctx, tuttiPluginEvent_t event) {
+  Context* c = nullptr;
+  ncclResult_t r = getContext(ctx, "hostEventSignal", &c);
+  if (r != ncclSuccess) return r;
+  std::shared_ptr<Event> e;
+  if ((r = getEvent(c, event, "hostEventSignal", &e)) != ncclSuccess) return r;
+  if (!e->isHost())
+    return setError(ncclInvalidArgument,
+                    "hostEventSignal: not a host event (it was made by eventCreate)");
+  e->signal();
   return ncclSuccess;
 }
 
@@ -498,6 +560,9 @@ ncclResult_t emuEventRecord(void* ctx, tuttiPluginEvent_t event, tuttiPluginQueu
     ncclResult_t res = getEvent(c, event, "eventRecord", &e);
     if (res == ncclSuccess) res = getQueue(c, queue, "eventRecord", &q);
     if (res != ncclSuccess) return res;
+    if (e->isHost())
+      return setError(ncclInvalidArgument,
+                      "eventRecord: a host event is completed by hostEventSignal, not by a queue");
     const uint64_t mark = e->newMark();
     try {
       q->submit([e, mark] { e->complete(mark); });
@@ -836,6 +901,9 @@ const tuttiBackendPlugin_v1 kPlugin = {
     emuUnpack1bit,
     emuGemm,
     emuOrthogonalize,
+    emuSetDevice,
+    emuHostEventCreate,
+    emuHostEventSignal,
 };
 
 }  // namespace

@@ -9,8 +9,9 @@
 //   ncclUnhandledCudaError with a lastError saying which; nothing crashes and
 //   the entry point never touches the device.
 // - Devices: the root devices of the first Level Zero driver that has any, in
-//   zeDeviceGet order, in one context. currentDevice() is TUTTI_ZE_DEVICE
-//   (default 0) for every thread.
+//   zeDeviceGet order, in one context. A thread's current device is
+//   TUTTI_ZE_DEVICE (default 0) until it calls setDevice, which changes it for
+//   that thread only (Level Zero has no current device; the plugin keeps it).
 // - Memory: memAlloc = zeMemAllocDevice (256-byte aligned), hostAlloc =
 //   zeMemAllocHost (usable by kernels: TUTTI_PLUGIN_CAP_HOST_MAPPED).
 //   queryPointer maps zeMemGetAllocProperties' device/host/shared to
@@ -18,12 +19,22 @@
 // - Queues: a queue is an immediate command list on the device's first compute
 //   queue group, with a barrier appended after every command (Level Zero 1.4
 //   gives no in-order flag), and a mutex (command lists are not thread-safe).
-//   The NULL queue is the current device's default queue, created on first use.
-//   A copy from or to memory Level Zero does not know (pageable host memory)
-//   waits for completion before memcpyAsync returns.
+//   The NULL queue is the calling thread's current device's default queue,
+//   created on first use. A copy from or to memory Level Zero does not know
+//   (pageable host memory) waits for completion before memcpyAsync returns.
+//   queueDestroy does not wait: a queue whose work has not finished is
+//   destroyed later (by a later queueCreate/queueDestroy or by finalize), as
+//   immediate command lists must be idle when destroyed.
 // - Events come from host-visible event pools (64 per pool); eventRecord
 //   appends a reset and a signal, eventWait appends a wait, eventQuery is
 //   zeEventQueryStatus. An event never recorded counts as complete.
+// - Host events: an event from the same pools that only zeEventHostSignal
+//   completes (hostEventSignal). eventWait appends a barrier that waits on it
+//   (zeCommandListAppendBarrier, waiting on the host event) and signals a
+//   "passed" event of its own, so the plugin knows when no queue can still
+//   read the host event. eventDestroy signals a host event first (a waiting
+//   queue goes on) and keeps it until every passed event is complete; finalize
+//   signals every live host event before it drains the default queues.
 // - IPC: zeMemGetIpcHandle / zeMemOpenIpcHandle. On Linux the handle carries a
 //   dma-buf file descriptor in its first 4 bytes (the compute-runtime layout),
 //   so TUTTI_PLUGIN_CAP_IPC_NEEDS_FD is set: ipcExport hands a dup() of that fd
@@ -47,11 +58,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/ze/launch_plan.h"
@@ -99,6 +113,7 @@ static_assert(sizeof(ze_ipc_mem_handle_t) <= TUTTI_PLUGIN_IPC_HANDLE_BYTES,
   X(zeEventHostSynchronize)                 \
   X(zeEventQueryStatus)                     \
   X(zeEventHostReset)                       \
+  X(zeEventHostSignal)                      \
   X(zeModuleCreate)                         \
   X(zeModuleDestroy)                        \
   X(zeModuleBuildLogGetString)              \
@@ -201,7 +216,11 @@ struct Queue {
 struct Event {
   ze_event_handle_t ev = nullptr;
   int slot = -1;
-  bool recorded = false;
+  bool recorded = false;  // host events: true from the start (signalled by the host)
+  bool host = false;
+  // Host events: one event per eventWait, signalled when the queue has passed
+  // the wait; guarded by Context::eventMu.
+  std::vector<std::pair<ze_event_handle_t, int>> passes;
 };
 
 struct DeviceModule {
@@ -214,7 +233,10 @@ struct DeviceModule {
   std::mutex launchMu;  // kernel arguments are per-kernel state
 };
 
+std::atomic<uint64_t> g_contexts{0};  // numbers the contexts init() makes
+
 struct Context {
+  const uint64_t id = ++g_contexts;  // tells this context's setDevice apart (see currentOf)
   const tuttiBackendHost_v1* host = nullptr;
   void* lib = nullptr;
   ZeApi api;
@@ -233,6 +255,10 @@ struct Context {
   std::mutex eventMu;
   std::vector<ze_event_pool_handle_t> pools;
   std::vector<int> freeSlots;
+  std::set<Event*> hostEvents;       // live host events (under eventMu)
+  std::vector<Event*> releasedHost;  // destroyed host events whose waits may not have passed
+  std::mutex retiredMu;
+  std::vector<Queue*> retiredQueues;  // destroyed with work pending
   // IPC imports: handle bytes + device -> mapping; imported pointer -> keys.
   struct Mapping {
     void* base = nullptr;
@@ -256,6 +282,16 @@ void logLine(const Context* c, int level, const char* fmt, ...) {
 }
 
 Context* ctxOf(void* ctx) { return static_cast<Context*>(ctx); }
+
+// The calling thread's setDevice choice, for the context numbered ctxId (a
+// later context at the same address does not inherit it).
+struct ThreadDevice {
+  uint64_t ctxId = 0;
+  int device = 0;
+};
+thread_local ThreadDevice t_device;
+
+int currentOf(const Context* c) { return t_device.ctxId == c->id ? t_device.device : c->current; }
 
 // An event from the shared pools (created host-visible, signal/wait scope host).
 ncclResult_t takeEvent(Context* c, ze_event_handle_t* ev, int* slot) {
@@ -333,10 +369,11 @@ ncclResult_t queueOf(Context* c, tuttiPluginQueue_t queue, Queue** out) {
     *out = reinterpret_cast<Queue*>(queue);
     return ncclSuccess;
   }
+  const int device = currentOf(c);
   std::lock_guard<std::mutex> lk(c->defaultMu);
-  Queue*& d = c->defaults[static_cast<size_t>(c->current)];
+  Queue*& d = c->defaults[static_cast<size_t>(device)];
   if (d == nullptr) {
-    const ncclResult_t rc = makeQueue(c, c->current, &d);
+    const ncclResult_t rc = makeQueue(c, device, &d);
     if (rc != ncclSuccess) return rc;
   }
   *out = d;
@@ -351,14 +388,69 @@ ncclResult_t appendBarrier(Queue* q) {
   return ncclSuccess;
 }
 
-// Blocks until everything appended to q so far has completed. Caller holds q->mu.
-ncclResult_t syncLocked(Queue* q) {
+// Makes q->syncEvent complete once everything appended to q so far has
+// completed. Caller holds q->mu.
+ncclResult_t markLocked(Queue* q) {
   const ZeApi& api = q->ctx->api;
   TUTTI_ZE_TRY(api.zeEventHostReset(q->syncEvent), "zeEventHostReset");
   TUTTI_ZE_TRY(api.zeCommandListAppendSignalEvent(q->list, q->syncEvent),
                "zeCommandListAppendSignalEvent");
-  TUTTI_ZE_TRY(api.zeEventHostSynchronize(q->syncEvent, UINT64_MAX), "zeEventHostSynchronize");
   return ncclSuccess;
+}
+
+// Blocks until everything appended to q so far has completed. Caller holds q->mu.
+ncclResult_t syncLocked(Queue* q) {
+  const ncclResult_t rc = markLocked(q);
+  if (rc != ncclSuccess) return rc;
+  TUTTI_ZE_TRY(q->ctx->api.zeEventHostSynchronize(q->syncEvent, UINT64_MAX),
+               "zeEventHostSynchronize");
+  return ncclSuccess;
+}
+
+// Destroys the retired queues that have finished (all of them, waiting, when
+// `wait`: finalize, after it signalled every host event).
+void reapRetiredQueues(Context* c, bool wait) {
+  std::vector<Queue*> done;
+  {
+    std::lock_guard<std::mutex> lk(c->retiredMu);
+    for (size_t i = 0; i < c->retiredQueues.size();) {
+      Queue* q = c->retiredQueues[i];
+      if (wait) c->api.zeEventHostSynchronize(q->syncEvent, UINT64_MAX);
+      if (c->api.zeEventQueryStatus(q->syncEvent) == ZE_RESULT_SUCCESS) {
+        done.push_back(q);
+        c->retiredQueues.erase(c->retiredQueues.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (Queue* q : done) destroyQueue(q);
+}
+
+// Frees the destroyed host events no queue can still read (every passed event
+// complete; all of them at finalize, once the queues have drained).
+void reapReleasedHostEvents(Context* c, bool all) {
+  std::vector<Event*> done;
+  {
+    std::lock_guard<std::mutex> lk(c->eventMu);
+    for (size_t i = 0; i < c->releasedHost.size();) {
+      Event* e = c->releasedHost[i];
+      bool passed = true;
+      for (const auto& p : e->passes)
+        passed = passed && (all || c->api.zeEventQueryStatus(p.first) == ZE_RESULT_SUCCESS);
+      if (passed) {
+        done.push_back(e);
+        c->releasedHost.erase(c->releasedHost.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (Event* e : done) {
+    for (const auto& p : e->passes) giveEvent(c, p.first, p.second);
+    giveEvent(c, e->ev, e->slot);
+    delete e;
+  }
 }
 
 // ---- life cycle --------------------------------------------------------------------------
@@ -491,6 +583,11 @@ ncclResult_t plFinalize(void* ctx) {
   Context* c = ctxOf(ctx);
   if (c == nullptr) return ncclSuccess;
   const ZeApi& api = c->api;
+  {
+    // No queue may wait on a host event forever.
+    std::lock_guard<std::mutex> lk(c->eventMu);
+    for (Event* e : c->hostEvents) api.zeEventHostSignal(e->ev);
+  }
   for (Queue* q : c->defaults) {
     if (q != nullptr) {
       std::lock_guard<std::mutex> lk(q->mu);
@@ -498,6 +595,13 @@ ncclResult_t plFinalize(void* ctx) {
     }
     destroyQueue(q);
   }
+  reapRetiredQueues(c, true);
+  {
+    std::lock_guard<std::mutex> lk(c->eventMu);
+    c->releasedHost.insert(c->releasedHost.end(), c->hostEvents.begin(), c->hostEvents.end());
+    c->hostEvents.clear();
+  }
+  reapReleasedHostEvents(c, true);
   {
     std::lock_guard<std::mutex> lk(c->ipcMu);
     for (auto& kv : c->imports) api.zeMemCloseIpcHandle(c->context, kv.second.base);
@@ -524,7 +628,17 @@ ncclResult_t plDeviceCount(void* ctx, int32_t* count) {
 
 ncclResult_t plCurrentDevice(void* ctx, int32_t* device) {
   if (device == nullptr) return fail(ncclInvalidArgument, "currentDevice: NULL");
-  *device = ctxOf(ctx) != nullptr ? ctxOf(ctx)->current : 0;
+  *device = ctxOf(ctx) != nullptr ? currentOf(ctxOf(ctx)) : 0;
+  return ncclSuccess;
+}
+
+ncclResult_t plSetDevice(void* ctx, int32_t device) {
+  const Context* c = ctxOf(ctx);
+  if (c == nullptr) return fail(ncclInvalidArgument, "setDevice: not initialised");
+  if (device < 0 || device >= static_cast<int32_t>(c->devices.size()))
+    return fail(ncclInvalidArgument, "setDevice: no device %d (%zu devices)", device,
+                c->devices.size());
+  t_device = {c->id, device};
   return ncclSuccess;
 }
 
@@ -658,6 +772,7 @@ ncclResult_t plMemcpyAsync(void* ctx, void* dst, const void* src, uint64_t bytes
 ncclResult_t plQueueCreate(void* ctx, int32_t device, tuttiPluginQueue_t* queue) {
   Context* c = ctxOf(ctx);
   if (queue == nullptr || c == nullptr) return fail(ncclInvalidArgument, "queueCreate: NULL");
+  reapRetiredQueues(c, false);
   Queue* q = nullptr;
   const ncclResult_t rc = makeQueue(c, device, &q);
   if (rc != ncclSuccess) return rc;
@@ -668,13 +783,28 @@ ncclResult_t plQueueCreate(void* ctx, int32_t device, tuttiPluginQueue_t* queue)
 ncclResult_t plQueueDestroy(void*, tuttiPluginQueue_t queue) {
   if (queue == nullptr) return ncclSuccess;
   Queue* q = reinterpret_cast<Queue*>(queue);
+  Context* c = q->ctx;
+  reapRetiredQueues(c, false);
+  // Immediate command lists must be idle when destroyed, and the ABI lets the
+  // queue's work finish without waiting for it (it may wait on a host event):
+  // a busy queue is destroyed once its work has completed.
+  bool idle = false;
   {
-    // Immediate command lists must be idle when destroyed: wait for the work
-    // the ABI lets finish (the caller does not use the queue any more).
     std::lock_guard<std::mutex> lk(q->mu);
-    syncLocked(q);
+    const ncclResult_t rc = markLocked(q);
+    if (rc != ncclSuccess) return rc;
+    idle = c->api.zeEventQueryStatus(q->syncEvent) == ZE_RESULT_SUCCESS;
   }
-  destroyQueue(q);
+  if (idle) {
+    destroyQueue(q);
+    return ncclSuccess;
+  }
+  std::lock_guard<std::mutex> lk(c->retiredMu);
+  try {
+    c->retiredQueues.push_back(q);
+  } catch (const std::bad_alloc&) {
+    return fail(ncclSystemError, "queueDestroy: out of memory");
+  }
   return ncclSuccess;
 }
 
@@ -686,16 +816,55 @@ ncclResult_t plQueueSynchronize(void* ctx, tuttiPluginQueue_t queue) {
   return syncLocked(q);
 }
 
-ncclResult_t plEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
-  Context* c = ctxOf(ctx);
-  if (event == nullptr || c == nullptr) return fail(ncclInvalidArgument, "eventCreate: NULL");
+// eventCreate and hostEventCreate (`what` names the call).
+ncclResult_t newEvent(Context* c, int32_t device, bool host, tuttiPluginEvent_t* event,
+                      const char* what) {
+  if (event == nullptr || c == nullptr) return fail(ncclInvalidArgument, "%s: NULL", what);
   if (device < 0 || device >= static_cast<int32_t>(c->devices.size()))
-    return fail(ncclInvalidArgument, "eventCreate: no device %d", device);
+    return fail(ncclInvalidArgument, "%s: no device %d", what, device);
   std::unique_ptr<Event> e(new (std::nothrow) Event);
-  if (!e) return fail(ncclSystemError, "eventCreate: out of memory");
-  const ncclResult_t rc = takeEvent(c, &e->ev, &e->slot);
+  if (!e) return fail(ncclSystemError, "%s: out of memory", what);
+  ncclResult_t rc = takeEvent(c, &e->ev, &e->slot);
   if (rc != ncclSuccess) return rc;
+  if (host) {
+    e->host = true;
+    e->recorded = true;  // waits, queries and synchronisation look at the event itself
+    const ze_result_t r = c->api.zeEventHostReset(e->ev);  // a reused slot may be signalled
+    if (r != ZE_RESULT_SUCCESS) {
+      rc = zeFail(r, "zeEventHostReset");
+    } else {
+      std::lock_guard<std::mutex> lk(c->eventMu);
+      try {
+        c->hostEvents.insert(e.get());
+      } catch (const std::bad_alloc&) {
+        rc = fail(ncclSystemError, "%s: out of memory", what);
+      }
+    }
+    if (rc != ncclSuccess) {
+      giveEvent(c, e->ev, e->slot);
+      return rc;
+    }
+  }
   *event = reinterpret_cast<tuttiPluginEvent_t>(e.release());
+  return ncclSuccess;
+}
+
+ncclResult_t plEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+  return newEvent(ctxOf(ctx), device, false, event, "eventCreate");
+}
+
+ncclResult_t plHostEventCreate(void* ctx, int32_t device, tuttiPluginEvent_t* event) {
+  Context* c = ctxOf(ctx);
+  if (c != nullptr) reapReleasedHostEvents(c, false);
+  return newEvent(c, device, true, event, "hostEventCreate");
+}
+
+ncclResult_t plHostEventSignal(void* ctx, tuttiPluginEvent_t event) {
+  Context* c = ctxOf(ctx);
+  if (c == nullptr || event == nullptr) return fail(ncclInvalidArgument, "hostEventSignal: NULL");
+  Event* e = reinterpret_cast<Event*>(event);
+  if (!e->host) return fail(ncclInvalidArgument, "hostEventSignal: not a host event");
+  TUTTI_ZE_TRY(c->api.zeEventHostSignal(e->ev), "zeEventHostSignal");
   return ncclSuccess;
 }
 
@@ -703,6 +872,21 @@ ncclResult_t plEventDestroy(void* ctx, tuttiPluginEvent_t event) {
   if (event == nullptr) return ncclSuccess;
   Context* c = ctxOf(ctx);
   Event* e = reinterpret_cast<Event*>(event);
+  if (e->host) {
+    // Release a waiting queue; free the event once no queue can still read it.
+    c->api.zeEventHostSignal(e->ev);
+    {
+      std::lock_guard<std::mutex> lk(c->eventMu);
+      c->hostEvents.erase(e);
+      try {
+        c->releasedHost.push_back(e);
+      } catch (const std::bad_alloc&) {
+        return fail(ncclSystemError, "eventDestroy: out of memory");
+      }
+    }
+    reapReleasedHostEvents(c, false);
+    return ncclSuccess;
+  }
   // "Pending records complete normally": let a pending signal land before the
   // event's slot can be reused.
   if (e->recorded) c->api.zeEventHostSynchronize(e->ev, UINT64_MAX);
@@ -713,11 +897,14 @@ ncclResult_t plEventDestroy(void* ctx, tuttiPluginEvent_t event) {
 
 ncclResult_t plEventRecord(void* ctx, tuttiPluginEvent_t event, tuttiPluginQueue_t queue) {
   if (event == nullptr) return fail(ncclInvalidArgument, "eventRecord: NULL event");
+  Event* e = reinterpret_cast<Event*>(event);
+  if (e->host)
+    return fail(ncclInvalidArgument,
+                "eventRecord: a host event is completed by hostEventSignal, not by a queue");
   Context* c = ctxOf(ctx);
   Queue* q = nullptr;
   const ncclResult_t rc = queueOf(c, queue, &q);
   if (rc != ncclSuccess) return rc;
-  Event* e = reinterpret_cast<Event*>(event);
   std::lock_guard<std::mutex> lk(q->mu);
   TUTTI_ZE_TRY(c->api.zeCommandListAppendEventReset(q->list, e->ev),
                "zeCommandListAppendEventReset");
@@ -725,6 +912,42 @@ ncclResult_t plEventRecord(void* ctx, tuttiPluginEvent_t event, tuttiPluginQueue
                "zeCommandListAppendSignalEvent");
   e->recorded = true;
   return ncclSuccess;
+}
+
+// eventWait on a host event: a barrier on q that waits for it and then
+// signals a passed event of its own (see the contract).
+ncclResult_t waitForHostEvent(Context* c, Queue* q, Event* e) {
+  const ZeApi& api = c->api;
+  if (api.zeEventQueryStatus(e->ev) == ZE_RESULT_SUCCESS) return ncclSuccess;  // signalled
+  std::pair<ze_event_handle_t, int> pass{nullptr, -1};  // the passed event and its slot
+  const ncclResult_t rc = takeEvent(c, &pass.first, &pass.second);
+  if (rc != ncclSuccess) return rc;
+  // Tracked before the barrier exists, so a failure cannot leave it untracked.
+  bool tracked = false;
+  {
+    std::lock_guard<std::mutex> lk(c->eventMu);
+    try {
+      e->passes.push_back(pass);
+      tracked = true;
+    } catch (const std::bad_alloc&) {
+    }
+  }
+  ze_result_t r = tracked ? api.zeEventHostReset(pass.first) : ZE_RESULT_ERROR_OUT_OF_HOST_MEMORY;
+  if (r == ZE_RESULT_SUCCESS) {
+    std::lock_guard<std::mutex> lk(q->mu);
+    r = api.zeCommandListAppendBarrier(q->list, pass.first, 1, &e->ev);
+  }
+  if (r == ZE_RESULT_SUCCESS) return ncclSuccess;
+  if (tracked) {
+    std::lock_guard<std::mutex> lk(c->eventMu);
+    for (auto it = e->passes.begin(); it != e->passes.end(); ++it)
+      if (*it == pass) {
+        e->passes.erase(it);
+        break;
+      }
+  }
+  giveEvent(c, pass.first, pass.second);
+  return zeFail(r, "eventWait on a host event");
 }
 
 ncclResult_t plEventWait(void* ctx, tuttiPluginQueue_t queue, tuttiPluginEvent_t event) {
@@ -735,6 +958,7 @@ ncclResult_t plEventWait(void* ctx, tuttiPluginQueue_t queue, tuttiPluginEvent_t
   Queue* q = nullptr;
   const ncclResult_t rc = queueOf(c, queue, &q);
   if (rc != ncclSuccess) return rc;
+  if (e->host) return waitForHostEvent(c, q, e);
   std::lock_guard<std::mutex> lk(q->mu);
   TUTTI_ZE_TRY(c->api.zeCommandListAppendWaitOnEvents(q->list, 1, &e->ev),
                "zeCommandListAppendWaitOnEvents");
@@ -1063,6 +1287,9 @@ tuttiBackendPlugin_v1 makeTable() {
   t.unpack1bit = plUnpack1bit;
   t.gemm = plGemm;
   t.orthogonalize = nullptr;  // host fallback
+  t.setDevice = plSetDevice;
+  t.hostEventCreate = plHostEventCreate;
+  t.hostEventSignal = plHostEventSignal;
   return t;
 }
 

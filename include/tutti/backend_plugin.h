@@ -45,7 +45,9 @@
  * Queues and events. A queue is the backend's native stream object
  * (for CUDA: a cudaStream_t), so the stream a user passes to ncclAllReduce is
  * used as a queue directly. The NULL queue is the backend's default queue on
- * the current device. Work on one queue runs in order.
+ * the current device. Work on one queue runs in order. Host events
+ * (hostEventCreate, optional) are completed by the host instead of by a queue,
+ * so that a queue can be held until tutti has finished an operation.
  *
  * Kernels that are NULL in the table are done by tutti on the host: it waits
  * for the queue, copies the operands into pinned host memory, runs the CPU
@@ -330,6 +332,64 @@ typedef struct tuttiBackendPlugin_v1 {
    * projections twice and accumulates in double. NULL: host fallback. */
   ncclResult_t (*orthogonalize)(void* ctx, float* M, int64_t rows, int64_t cols, int64_t ld,
                                 float eps, tuttiPluginQueue_t queue);
+
+  /* ---- appended to ABI v1 (tutti 0.1.x): read only when structSize covers
+   *      them, so a plugin built against an older header leaves them unread;
+   *      NULL = not offered ---- */
+  /* Makes `device` the calling thread's current device: what currentDevice
+   * answers on this thread from then on, and the device the NULL queue refers
+   * to (CUDA: cudaSetDevice). Other threads keep theirs. Blocking (may
+   * initialise the device). A device outside 0..deviceCount-1 is
+   * ncclInvalidArgument with a lastError naming it. Optional: when NULL, tutti
+   * accepts only the device currentDevice already answers and reports any
+   * other as an error. */
+  ncclResult_t (*setDevice)(void* ctx, int32_t device);
+  /* Host events: order a queue after something the host completes, with no
+   * host thread blocked. Optional, both or neither (tutti uses them only when
+   * both are set): when NULL, tutti keeps the caller inside each operation on
+   * a device queue until it has completed (it blocks the caller's thread, as
+   * with plugins built before these fields existed).
+   *
+   * How tutti uses them: for an operation on a user's queue it records an
+   * event on that queue and polls eventQuery until the work queued before the
+   * call is done; before returning to the user it creates a host event and
+   * calls eventWait(queue, hostEvent), so later work on the queue waits for
+   * the operation; when the operation completes (or fails), a tutti thread
+   * calls hostEventSignal, which releases the queue, then eventDestroy.
+   *
+   * hostEventCreate makes an event on `device` that only the host completes.
+   * It starts unsignalled and completes on hostEventSignal. With such an event:
+   *   eventWait(queue, e)   async: later work on queue does not start until e
+   *                         is signalled; the calling thread returns at once
+   *                         (nothing to wait for once signalled);
+   *   eventQuery(e)         *done = 0 until signalled, then 1;
+   *   eventSynchronize(e)   blocks until signalled;
+   *   eventRecord(e, q)     ncclInvalidArgument (no queue completes it);
+   *   eventDestroy(e)       signals e first if it is not signalled, so a queue
+   *                         still waiting on it is released (never left
+   *                         waiting forever), and frees it once no queue can
+   *                         still read it (a plugin defers what pending waits
+   *                         still need);
+   *   finalize              signals every host event not destroyed yet before
+   *                         it drains and releases the queues.
+   * A queue held by a host event also holds whatever waits for that queue
+   * (queueSynchronize on it, events recorded after the wait, and on CUDA
+   * device-wide synchronisation such as cudaFree): the thread that is to
+   * signal must not make such calls before it has signalled.
+   * A backend whose queues are synchronous (every async call has completed
+   * when it returns) cannot hold back later work without blocking the caller
+   * and leaves these NULL; the built-in CPU backend implements them for
+   * completeness and answers ncclInvalidArgument to an eventWait on a host
+   * event that is not signalled yet (backends/cpu/cpu_backend.h).
+   * hostEventCreate is blocking (it may allocate). */
+  ncclResult_t (*hostEventCreate)(void* ctx, int32_t device, tuttiPluginEvent_t* event);
+  /* Signals a host event from hostEventCreate: work queued behind an eventWait
+   * on it may run. Idempotent (signalling again does nothing). Non-blocking:
+   * never waits for a queue. May be called from any thread, concurrently with
+   * any call on the same event other than eventDestroy. ncclInvalidArgument
+   * for an event that is not a host event, where the backend can tell. */
+  ncclResult_t (*hostEventSignal)(void* ctx, tuttiPluginEvent_t event);
+
   /* New fields are appended here (abiVersion stays 1 while only appending). */
 } tuttiBackendPlugin_v1;
 

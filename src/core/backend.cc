@@ -189,7 +189,7 @@ Result<int> Backend::currentDevice() {
 }
 
 // The plugin's table covers `field` and sets it.
-#define TUTTI_PLUGIN_PROVIDES(field)                                                     \
+#define TUTTI_PLUGIN_PROVIDES(field)                                                  \
   (pluginStructSize_ >= offsetof(tuttiBackendPlugin_v1, field) + sizeof(t_->field) && \
    t_->field != nullptr)
 
