@@ -179,8 +179,8 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                   std::string(fn) + (sendbuff ? ": recvbuff is NULL" : ": sendbuff is NULL"), comm);
     TUTTI_INFO(tutti::log::kColl, "{}: sendbuff {} recvbuff {} count {} op {} key {} comm {}", fn,
                sendbuff, recvbuff, count, rop, key, static_cast<void*>(comm));
-    tutti::Status st = compressor->impl->allReduce(sendbuff, recvbuff, count, rop, key, rows,
-                                                   cols, reinterpret_cast<tutti::core::Queue>(stream));
+    tutti::Status st = compressor->impl->allReduce(sendbuff, recvbuff, count, rop, key, rows, cols,
+                                                   reinterpret_cast<tutti::core::Queue>(stream));
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
   });
 }

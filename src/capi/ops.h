@@ -1,21 +1,65 @@
-// What the files of the C API layer share beyond errors.h: the checks every
-// entry point on a communicator makes, and the calling thread's group state.
+// What the files of the C API layer share beyond errors.h: argument checks,
+// the calling thread's group, communicator creation and destruction.
 #pragma once
 
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "core/op.h"
 #include "nccl.h"
 
 struct tuttiCompressor;
 
 namespace tutti::capi {
 
+// The integer a caller passed for an enum parameter. A C caller may pass any
+// int; loading an out-of-range value as the C++ enum is undefined, so the
+// bytes are copied instead.
+template <typename E>
+int rawEnum(const E& e) {
+  std::underlying_type_t<E> v;
+  static_assert(sizeof(v) == sizeof(E), "enum representation");
+  std::memcpy(&v, &e, sizeof(v));
+  return static_cast<int>(v);
+}
+
+// A datatype's name for messages ("invalid" outside NCCL's range).
+const char* typeName(int t);
+// The "NCCL version" line, once per process.
+void logVersionOnce();
+
 // The communicator is a live handle (and, with needReady, initialised, not
 // finalized, not in error state, not aborted); else the error, recorded.
 ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true);
+ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm);
 
+// The calling thread's ncclGroupStart/End: communicators to initialise and
+// operations to run when the outermost ncclGroupEnd comes (core/group.h plans
+// and runs them), with the handle each operation was called on.
+struct GroupState {
+  int depth = 0;
+  std::vector<ncclComm*> inits;
+  std::vector<core::Op> ops;
+  std::vector<ncclComm*> handles;       // of ops[i]
+  ncclResult_t deferred = ncclSuccess;  // first error seen inside the group
+};
+GroupState& threadGroup();
 // Whether the calling thread is inside ncclGroupStart/End.
-bool inGroup();
+inline bool inGroup() { return threadGroup().depth > 0; }
+
+// A new handle for rank `rank` of `nranks` (comm_api.cc): validated, then
+// initialised at once, at ncclGroupEnd (inside a group) or on a thread of its
+// own (config->blocking = 0). `device`: the device the communicator is bound
+// to; -1: the calling thread's current device (the CPU backend's is always 0).
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config, int device = -1);
+// Creates the handle's communicator and records the result in initState;
+// runInitCaught also turns an exception into that result (for threads).
+void runInit(ncclComm* c);
+void runInitCaught(ncclComm* c);
+// Unregisters and frees a handle; abort: ends an operation in flight first.
+void destroyComm(ncclComm* c, bool abort);
 
 // Tests: the error-feedback residuals a compressor keeps for `key`
 // (core::Compressor::residual), or null when it keeps none.

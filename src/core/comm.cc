@@ -47,8 +47,7 @@ Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
-                                           const CommConfig& config, Backend* backend,
-                                           int device) {
+                                           const CommConfig& config, Backend* backend, int device) {
   std::unique_ptr<Comm> c(new Comm());
   c->rank_ = rank;
   c->nranks_ = nranks;
@@ -296,6 +295,42 @@ Status Comm::usable() const {
   if (asyncErrorCode() != 0) return error().withContext("communicator is in error state after");
   if (aborted()) return invalidUsage("communicator was aborted");
   return Status::ok();
+}
+
+Result<Comm::SplitPlan> Comm::split(int color, int key) {
+  std::lock_guard<std::mutex> lk(mu_);
+  struct Entry {
+    int32_t color, key, rank, pad;
+  };
+  std::vector<Entry> all(nranks_);
+  all[rank_] = {color, key, rank_, 0};
+  TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Entry)));
+  const uint64_t seq = splitSeq_++;
+  SplitPlan plan;
+  if (color < 0) return plan;
+  std::vector<Entry> mine;
+  for (const Entry& e : all)
+    if (e.color == color) mine.push_back(e);
+  std::stable_sort(mine.begin(), mine.end(), [](const Entry& a, const Entry& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (mine[i].rank == rank_) plan.rank = static_cast<int>(i);
+  plan.nranks = static_cast<int>(mine.size());
+  const uint64_t tag = (3ull << 60) | (seq << 20);
+  if (plan.rank == 0) {
+    TUTTI_RETURN_IF_ERROR(createUniqueId(plan.id));
+    for (size_t i = 1; i < mine.size(); ++i)
+      TUTTI_RETURN_IF_ERROR(bootstrap_->send(mine[i].rank, tag, plan.id, sizeof(plan.id)));
+  } else {
+    auto got = bootstrap_->recv(mine[0].rank, tag);
+    if (!got) return got.status();
+    if (got->size() != sizeof(plan.id))
+      return internalError(fmt::format("the new communicator's id from {} has {} bytes",
+                                       describePeer(mine[0].rank), got->size()));
+    std::memcpy(plan.id, got->data(), sizeof(plan.id));
+  }
+  return plan;
 }
 
 void* Comm::registerRange(void* base, size_t bytes) {

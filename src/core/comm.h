@@ -159,8 +159,16 @@ class Comm {
   // ncclCommRegister's records: the handle is the record's address.
   void* registerRange(void* base, size_t bytes);
   bool deregister(void* handle);
-  // ncclCommSplit's count: the n-th split of this communicator on every rank.
-  uint64_t nextSplitSeq() { return splitSeq_++; }
+  // ncclCommSplit's collective part: every rank's (color, key) exchanged,
+  // then, for this rank's color, its new rank (by key, ties by old rank), the
+  // new size and the unique id the new communicator is created from (made by
+  // its rank 0, sent to the others over the bootstrap). color < 0 (no color):
+  // takes part, nranks 0. Takes mutex().
+  struct SplitPlan {
+    int rank = -1, nranks = 0;
+    uint8_t id[kUniqueIdBytes] = {};
+  };
+  Result<SplitPlan> split(int color, int key);
   // The planner's cache of the last collective run alone (core/group.cc).
   std::shared_ptr<LoneWork>& loneWork() { return loneWork_; }
 
@@ -232,7 +240,7 @@ class Comm {
     size_t bytes;
   };
   std::unordered_map<void*, std::unique_ptr<Registration>> registrations_;
-  uint64_t splitSeq_ = 0;
+  uint64_t splitSeq_ = 0;  // splits so far (the same on every rank)
   std::shared_ptr<LoneWork> loneWork_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;

@@ -113,7 +113,8 @@ Status Compressor::decideNodeShare(const Compressed& exact) {
   mine[3] = static_cast<uint64_t>(
       std::max<int64_t>(0, params::getInt("TUTTI_POWERSGD_SHARE_MIN_BYTES", 4 << 20)));
   base::tsanRelease(&canary);  // peers in this process read it directly (base/tsan.h)
-  TUTTI_RETURN_IF_ERROR(sum(rec.data(), rec.data(), rec.size(), ncclUint64, ncclSum, exact, nullptr));
+  TUTTI_RETURN_IF_ERROR(
+      sum(rec.data(), rec.data(), rec.size(), ncclUint64, ncclSum, exact, nullptr));
   int32_t ok = want ? 1 : 0;
   std::string why = want ? "" : feedback_ ? "TUTTI_POWERSGD_NODE_FEEDBACK=0" : "no error feedback";
   for (int q : node) {
@@ -121,8 +122,8 @@ Status Compressor::decideNodeShare(const Compressed& exact) {
     uint64_t seen = 0;
     const uint64_t* theirs = &rec[kFields * q];
     const auto* addr = reinterpret_cast<const void*>(theirs[1]);
-    Status st = cma::readPeer(static_cast<pid_t>(comm_->peer(q).pid), theirs[0] == mine[0], addr,
-                              0, &seen, sizeof(seen));
+    Status st = cma::readPeer(static_cast<pid_t>(comm_->peer(q).pid), theirs[0] == mine[0], addr, 0,
+                              &seen, sizeof(seen));
     if (!st || seen != theirs[2]) {
       ok = 0;
       why = st ? "read a wrong value from " + comm_->describePeer(q) : st.message();
@@ -185,7 +186,8 @@ Status Compressor::prepareStaging(const Compressed& exact, size_t rows, size_t c
     std::memcpy(&rec[kFields * me], name.data(), std::min<size_t>(name.size(), kNameWords * 8 - 1));
     rec[kFields * me + kNameWords] = mine->size();
   }
-  TUTTI_RETURN_IF_ERROR(sum(rec.data(), rec.data(), rec.size(), ncclUint64, ncclSum, exact, nullptr));
+  TUTTI_RETURN_IF_ERROR(
+      sum(rec.data(), rec.data(), rec.size(), ncclUint64, ncclSum, exact, nullptr));
   std::vector<std::unique_ptr<SharedRegion>> opened(k);
   for (int m = 0; m < k && ok; ++m) {
     const int q = nodeRanks_[m];
@@ -230,9 +232,9 @@ Status Compressor::prepareStaging(const Compressed& exact, size_t rows, size_t c
   return Status::ok();
 }
 
-Status Compressor::runPowerSgd(Tensor& t, const void* send, void* recv, size_t count,
-                               bool average, unsigned long long key, size_t rows, size_t cols,
-                               Queue stream, const Compressed& exact) {
+Status Compressor::runPowerSgd(Tensor& t, const void* send, void* recv, size_t count, bool average,
+                               unsigned long long key, size_t rows, size_t cols, Queue stream,
+                               const Compressed& exact) {
   if (!t.powerSgd) {
     compress::PowerSgdConfig pc;
     pc.rank = cfg_.powerSgdRank;

@@ -249,8 +249,7 @@ RunResult ofGroup(const Status& st, const std::vector<Comm*>& comms) {
 // magnitude over all ranks: one small max all-reduce (all the group's
 // compressed operations of a communicator in one vector) before the group
 // runs. bf16 has float32's range and needs none.
-Status agreeScales(const std::vector<Comm*>& comms,
-                   std::map<Comm*, std::vector<Op*>>& byComm) {
+Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<Op*>>& byComm) {
   std::vector<std::vector<float>> maxima(comms.size());
   std::vector<std::vector<Op*>> scaled(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -488,8 +487,7 @@ RunResult runGroup(std::vector<Op>& all) {
     std::vector<Op*> viaIpc, rest;
     for (Op* o : byComm[c]) {
       const bool raw = o->wire.format == algo::Wire::kRaw && !o->wireBytes;
-      (c->deviceIpc()->takes(o->coll, o->count, elemSize(o->dt), raw) ? viaIpc : rest)
-          .push_back(o);
+      (c->deviceIpc()->takes(o->coll, o->count, elemSize(o->dt), raw) ? viaIpc : rest).push_back(o);
     }
     if (viaIpc.empty()) continue;
     byComm[c] = std::move(rest);

@@ -1,0 +1,280 @@
+// The NCCL C API, collectives, point-to-point and groups: validated here,
+// planned and run by the core (core/group.h).
+#include <system_error>
+#include <thread>
+
+#include "base/log.h"
+#include "capi/errors.h"
+#include "capi/export.h"
+#include "capi/handle.h"
+#include "capi/ops.h"
+#include "core/group.h"
+#include "core/staging.h"
+
+using tutti::Status;
+using tutti::algo::Collective;
+namespace core = tutti::core;
+namespace algo = tutti::algo;
+namespace capi = tutti::capi;
+using tutti::capi::checkComm;
+using tutti::capi::checkDtype;
+using tutti::capi::fail;
+using tutti::capi::fromStatus;
+using tutti::capi::guard;
+using tutti::capi::rawEnum;
+using tutti::capi::typeName;
+
+using tutti::capi::runInit;
+using tutti::capi::runInitCaught;
+
+namespace {
+
+ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
+  int v = op;
+  if (v >= 0 && v < ncclNumOps) return ncclSuccess;
+  const auto& userOps = comm->impl->userOps();
+  size_t idx = static_cast<size_t>(v) - ncclNumOps;
+  if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
+    return fail(ncclInvalidArgument,
+                std::string(fn) + ": invalid reduction op " + std::to_string(v) +
+                    " (not built-in and not created on this communicator)",
+                comm);
+  if (userOps[idx].dt != dt)
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: reduction op {} was created for datatype {} but the call uses {}",
+                            fn, v, typeName(userOps[idx].dt), typeName(dt)),
+                comm);
+  return ncclSuccess;
+}
+
+// The handle of `impl` among `handles` (where a core error is recorded).
+ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles) {
+  for (ncclComm* h : handles)
+    if (h->impl.get() == impl) return h;
+  return handles.empty() ? nullptr : handles[0];
+}
+
+ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
+                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream,
+                        const core::Compressed* compressed = nullptr) {
+  ncclResult_t rc = checkComm(comm, fn);
+  if (rc != ncclSuccess) return rc;
+  if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
+  if (core::isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
+  const int n = comm->nranks, r = comm->rank;
+  bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
+                coll == Collective::kGather || coll == Collective::kScatter;
+  bool p2p = coll == Collective::kSend || coll == Collective::kRecv;
+  if ((rooted || p2p) && (root < 0 || root >= n))
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: invalid {} {} (communicator has {} ranks)", fn,
+                            p2p ? "peer" : "root", root, n),
+                comm);
+  size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(dt));
+  size_t factor =
+      (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
+       coll == Collective::kAllToAll || coll == Collective::kGather || coll == Collective::kScatter)
+          ? static_cast<size_t>(n)
+          : 1;
+  if (count > 0 && count > SIZE_MAX / es / factor)
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: count {} overflows the address space", fn, count), comm);
+  if (count > 0) {
+    // The buffers this rank uses (a broadcast's non-root sends nothing, ...).
+    size_t sendBytes = 0, recvBytes = 0;
+    core::ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
+    if (sendBytes && !send)
+      return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
+    if (recvBytes && !recv)
+      return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
+  }
+  TUTTI_INFO(tutti::log::kColl,
+             "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
+             fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
+             static_cast<void*>(comm), n);
+  core::Op o;
+  o.comm = comm->impl.get();
+  o.coll = coll;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  o.root = root;
+  o.stream = reinterpret_cast<core::Queue>(stream);
+  if (compressed) {
+    o.compress(*compressed);
+  } else if (coll == Collective::kAllReduce && count > 0) {
+    o.wire.format = core::envCompression(*o.comm, count * es, dt, op);
+    o.needsScale = o.wire.format == algo::Wire::kHalf;
+  }
+  if (capi::threadGroup().depth > 0) {
+    capi::threadGroup().ops.push_back(o);
+    capi::threadGroup().handles.push_back(comm);
+    return ncclSuccess;
+  }
+  const core::RunResult res = core::runOne(o);
+  return res.status ? ncclSuccess : fromStatus(res.status, comm);
+}
+
+ncclResult_t groupEndImpl() {
+  capi::GroupState g = std::move(capi::threadGroup());
+  capi::threadGroup() = capi::GroupState();
+  ncclResult_t result = g.deferred;
+  // 1. Initialisations, concurrently (one thread may init every rank).
+  if (g.inits.size() == 1) {
+    runInit(g.inits[0]);
+  } else if (g.inits.size() > 1) {
+    std::vector<std::thread> threads;
+    for (ncclComm* c : g.inits) {
+      try {
+        threads.emplace_back(runInitCaught, c);
+      } catch (const std::system_error& e) {
+        fail(ncclSystemError,
+             fmt::format("ncclGroupEnd: cannot start the init thread of rank {}: {}", c->rank,
+                         e.what()),
+             c);
+        c->initState.store(ncclSystemError);
+      }
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (ncclComm* c : g.inits)
+    if (c->initState.load() != ncclSuccess && result == ncclSuccess)
+      result = static_cast<ncclResult_t>(c->initState.load());
+  if (g.ops.empty()) return result;
+  if (result != ncclSuccess) return result;
+  // 2. Operations: every communicator still usable, then the core runs them.
+  for (ncclComm* c : g.handles) {
+    ncclResult_t rc = checkComm(c, "ncclGroupEnd");
+    if (rc != ncclSuccess) return rc;
+  }
+  const core::RunResult res = core::runGroup(g.ops);
+  return res.status ? ncclSuccess : fromStatus(res.status, handleOf(res.comm, g.handles));
+}
+
+}  // namespace
+
+// ---- collectives and point-to-point ---------------------------------------------
+
+TUTTI_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return guard("ncclAllReduce", [&] {
+    return collective("ncclAllReduce", Collective::kAllReduce, sendbuff, recvbuff, count,
+                      rawEnum(datatype), rawEnum(op), 0, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclAllReduce)
+
+TUTTI_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return guard("ncclBroadcast", [&] {
+    return collective("ncclBroadcast", Collective::kBroadcast, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclBroadcast)
+
+TUTTI_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclBcast", [&] {
+    return collective("ncclBcast", Collective::kBroadcast, buff, buff, count, rawEnum(datatype),
+                      ncclSum, root, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclBcast)
+
+TUTTI_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclReduce", [&] {
+    return collective("ncclReduce", Collective::kReduce, sendbuff, recvbuff, count,
+                      rawEnum(datatype), rawEnum(op), root, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclReduce)
+
+TUTTI_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                     ncclDataType_t datatype, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return guard("ncclAllGather", [&] {
+    return collective("ncclAllGather", Collective::kAllGather, sendbuff, recvbuff, sendcount,
+                      rawEnum(datatype), ncclSum, 0, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclAllGather)
+
+TUTTI_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                         cudaStream_t stream) {
+  return guard("ncclReduceScatter", [&] {
+    return collective("ncclReduceScatter", Collective::kReduceScatter, sendbuff, recvbuff,
+                      recvcount, rawEnum(datatype), rawEnum(op), 0, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclReduceScatter)
+
+TUTTI_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclAlltoAll", [&] {
+    return collective("ncclAlltoAll", Collective::kAllToAll, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, 0, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclAlltoAll)
+
+TUTTI_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  return guard("ncclGather", [&] {
+    return collective("ncclGather", Collective::kGather, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclGather)
+
+TUTTI_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  return guard("ncclScatter", [&] {
+    return collective("ncclScatter", Collective::kScatter, sendbuff, recvbuff, count,
+                      rawEnum(datatype), ncclSum, root, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclScatter)
+
+TUTTI_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                int peer, ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclSend", [&] {
+    return collective("ncclSend", Collective::kSend, sendbuff, nullptr, count, rawEnum(datatype),
+                      ncclSum, peer, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclSend)
+
+TUTTI_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                ncclComm_t comm, cudaStream_t stream) {
+  return guard("ncclRecv", [&] {
+    return collective("ncclRecv", Collective::kRecv, nullptr, recvbuff, count, rawEnum(datatype),
+                      ncclSum, peer, comm, stream);
+  });
+}
+TUTTI_PNCCL(ncclRecv)
+
+TUTTI_API ncclResult_t ncclGroupStart() {
+  capi::threadGroup().depth++;
+  return ncclSuccess;
+}
+TUTTI_PNCCL(ncclGroupStart)
+
+TUTTI_API ncclResult_t ncclGroupEnd() {
+  return guard("ncclGroupEnd", [&] {
+    if (capi::threadGroup().depth <= 0)
+      return fail(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+    if (--capi::threadGroup().depth > 0) return ncclSuccess;
+    return groupEndImpl();
+  });
+}
+TUTTI_PNCCL(ncclGroupEnd)

@@ -1,0 +1,330 @@
+// The NCCL C API, communicators: creation (ncclCommInit*, ncclCommSplit),
+// destruction and queries.
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "base/log.h"
+#include "capi/errors.h"
+#include "capi/export.h"
+#include "capi/handle.h"
+#include "capi/ops.h"
+#include "core/backend.h"
+#include "core/bootstrap.h"
+
+using tutti::Status;
+using tutti::algo::Collective;
+namespace core = tutti::core;
+namespace algo = tutti::algo;
+namespace capi = tutti::capi;
+using tutti::capi::checkComm;
+using tutti::capi::checkDtype;
+using tutti::capi::fail;
+using tutti::capi::fromStatus;
+using tutti::capi::guard;
+using tutti::capi::logVersionOnce;
+using tutti::capi::rawEnum;
+using tutti::capi::typeName;
+
+namespace tutti::capi {
+
+void runInit(ncclComm* c) {
+  tutti::log::setThreadRank(c->rank);
+  auto res = core::Comm::create(c->id, c->rank, c->nranks, c->config, c->backend, c->device);
+  if (!res) {
+    fail(static_cast<ncclResult_t>(res.status().code()),
+         fmt::format("ncclCommInitRank: rank {} of {}: {}", c->rank, c->nranks,
+                     res.status().message()),
+         c);
+    c->initState.store(static_cast<int>(res.status().code()));
+    return;
+  }
+  c->impl = std::move(res.value());
+  c->initState.store(ncclSuccess);
+}
+
+// runInit on a thread of its own: nothing it throws escapes (an error of the
+// communicator instead).
+void runInitCaught(ncclComm* c) {
+  try {
+    runInit(c);
+  } catch (const std::exception& e) {
+    fail(ncclInternalError, fmt::format("ncclCommInitRank: rank {}: {}", c->rank, e.what()), c);
+    c->initState.store(ncclInternalError);
+  }
+}
+
+// `device`: the device the communicator is bound to; -1: the calling thread's
+// current device (the CPU backend's is always 0).
+ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config, int device) {
+  logVersionOnce();
+  if (!out) return fail(ncclInvalidArgument, std::string(fn) + ": comm pointer is NULL");
+  *out = nullptr;
+  if (nranks < 1)
+    return fail(ncclInvalidArgument, fmt::format("{}: invalid nranks {}", fn, nranks));
+  if (rank < 0 || rank >= nranks)
+    return fail(ncclInvalidArgument,
+                fmt::format("{}: invalid rank {} (nranks is {})", fn, rank, nranks));
+  auto parsed = core::parseUniqueId(reinterpret_cast<const uint8_t*>(id.internal));
+  if (!parsed) return fail(ncclInvalidArgument, std::string(fn) + ": " + parsed.status().message());
+  core::CommConfig cfg;
+  if (config) {
+    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
+      return fail(ncclInvalidArgument,
+                  std::string(fn) + ": config was not initialised with NCCL_CONFIG_INITIALIZER");
+    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
+      if (config->blocking != 0 && config->blocking != 1)
+        return fail(ncclInvalidArgument,
+                    fmt::format("{}: config blocking={} (must be 0 or 1)", fn, config->blocking));
+      cfg.blocking = config->blocking == 1;
+    }
+    if (config->commName) cfg.name = config->commName;
+    if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) cfg.minChannels = config->minCTAs;
+    if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) cfg.maxChannels = config->maxCTAs;
+  }
+  auto backend = core::processBackend();
+  if (!backend)
+    return fail(static_cast<ncclResult_t>(backend.status().code()),
+                std::string(fn) + ": " + backend.status().message());
+  if (device < 0) {
+    auto current = backend.value()->currentDevice();
+    if (!current)
+      return fail(static_cast<ncclResult_t>(current.status().code()),
+                  std::string(fn) + ": " + current.status().message());
+    device = current.value();
+  }
+  auto* c = new ncclComm();
+  c->backend = backend.value();
+  c->device = device;
+  c->nranks = nranks;
+  c->rank = rank;
+  c->id = parsed.value();
+  c->config = cfg;
+  tutti::capi::registerComm(c);
+  *out = c;
+  if (capi::threadGroup().depth > 0) {
+    capi::threadGroup().inits.push_back(c);
+    return ncclSuccess;
+  }
+  if (!cfg.blocking) {
+    try {
+      c->initThread = std::thread(runInitCaught, c);
+    } catch (const std::system_error& e) {
+      c->initState.store(ncclSystemError);
+      return fail(ncclSystemError,
+                  fmt::format("{}: cannot start the init thread: {}", fn, e.what()), c);
+    }
+    return ncclInProgress;
+  }
+  runInit(c);
+  return static_cast<ncclResult_t>(c->initState.load());
+}
+
+void destroyComm(ncclComm* c, bool abort) {
+  tutti::capi::unregisterComm(c);  // new calls on this handle fail from now on
+  if (c->initThread.joinable()) c->initThread.join();
+  if (c->impl) {
+    // ncclCommAbort may come from another thread while an operation runs:
+    // raise the flag, then wait until that operation has noticed it (within
+    // one stall check, 100 ms) and released the communicator.
+    if (abort) c->impl->abort();
+    std::lock_guard<std::mutex> lk(c->impl->mutex());
+  }
+  c->impl.reset();
+  c->magic = 0;
+  delete c;
+}
+
+}  // namespace tutti::capi
+
+using tutti::capi::destroyComm;
+using tutti::capi::initRank;
+
+// ---- communicators -----------------------------------------------------------
+
+TUTTI_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                        int rank) {
+  return guard("ncclCommInitRank",
+               [&] { return initRank("ncclCommInitRank", comm, nranks, commId, rank, nullptr); });
+}
+TUTTI_PNCCL(ncclCommInitRank)
+
+TUTTI_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                              int rank, ncclConfig_t* config) {
+  return guard("ncclCommInitRankConfig", [&] {
+    return initRank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+  });
+}
+TUTTI_PNCCL(ncclCommInitRankConfig)
+
+TUTTI_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                int nId, ncclUniqueId* commIds,
+                                                ncclConfig_t* config) {
+  return guard("ncclCommInitRankScalable", [&] {
+    if (nId < 1 || !commIds)
+      return fail(ncclInvalidArgument, "ncclCommInitRankScalable: need nId >= 1 and commIds");
+    // Every rank registers with the first root; the others stay unused.
+    return initRank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank, config);
+  });
+}
+TUTTI_PNCCL(ncclCommInitRankScalable)
+
+TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guard("ncclCommInitAll", [&] {
+    if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
+    if (ndev < 1)
+      return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
+    // Rank i is bound to devlist[i] (or device i); the CPU backend has one
+    // "device" that every rank shares, so any ids are accepted there.
+    auto backend = core::processBackend();
+    if (!backend)
+      return fail(static_cast<ncclResult_t>(backend.status().code()),
+                  "ncclCommInitAll: " + backend.status().message());
+    if (!backend.value()->hostOnly()) {
+      auto n = backend.value()->deviceCount();
+      if (!n)
+        return fail(static_cast<ncclResult_t>(n.status().code()),
+                    "ncclCommInitAll: " + n.status().message());
+      for (int i = 0; i < ndev; ++i) {
+        int d = devlist ? devlist[i] : i;
+        if (d < 0 || d >= n.value())
+          return fail(ncclInvalidArgument,
+                      fmt::format("ncclCommInitAll: device {} of rank {} does not exist "
+                                  "(backend {} has {} device(s))",
+                                  d, i, backend.value()->name(), n.value()));
+      }
+    }
+    ncclUniqueId id;
+    ncclResult_t rc = ncclGetUniqueId(&id);
+    if (rc != ncclSuccess) return rc;
+    rc = ncclGroupStart();
+    if (rc != ncclSuccess) return rc;
+    for (int i = 0; i < ndev; ++i) {
+      const int device = backend.value()->hostOnly() ? 0 : devlist ? devlist[i] : i;
+      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr, device);
+      if (rc != ncclSuccess) capi::threadGroup().deferred = rc;
+    }
+    rc = ncclGroupEnd();
+    if (rc != ncclSuccess) {
+      for (int i = 0; i < ndev; ++i)
+        if (comms[i]) {
+          destroyComm(comms[i], true);
+          comms[i] = nullptr;
+        }
+    }
+    return rc;
+  });
+}
+TUTTI_PNCCL(ncclCommInitAll)
+
+TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                     ncclConfig_t* config) {
+  return guard("ncclCommSplit", [&]() -> ncclResult_t {
+    ncclResult_t rc = checkComm(comm, "ncclCommSplit");
+    if (rc != ncclSuccess) return rc;
+    if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL", comm);
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+      return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
+    *newcomm = nullptr;
+    auto plan = comm->impl->split(color, key);
+    if (!plan) return fromStatus(plan.status().withContext("ncclCommSplit"), comm);
+    if (plan->nranks == 0) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
+    ncclUniqueId id;
+    static_assert(sizeof(id.internal) == sizeof(plan->id), "unique id size");
+    memcpy(id.internal, plan->id, sizeof(plan->id));
+    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+    inherit.blocking = comm->config.blocking ? 1 : 0;
+    // Children keep the parent's device.
+    return initRank("ncclCommSplit", newcomm, plan->nranks, id, plan->rank,
+                    config ? config : &inherit, comm->device);
+  });
+}
+TUTTI_PNCCL(ncclCommSplit)
+
+TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guard("ncclCommFinalize", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommFinalize", false);
+    if (rc != ncclSuccess) return rc;
+    // Every operation on the host path has completed when its call returned,
+    // so there is nothing left to flush.
+    comm->finalized = true;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommFinalize)
+
+TUTTI_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guard("ncclCommDestroy", [&] {
+    if (!comm) return ncclSuccess;  // like NCCL: destroying NULL is a no-op
+    ncclResult_t rc = checkComm(comm, "ncclCommDestroy", false);
+    if (rc != ncclSuccess) return rc;
+    destroyComm(comm, false);
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommDestroy)
+
+TUTTI_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guard("ncclCommAbort", [&] {
+    if (!comm) return ncclSuccess;
+    ncclResult_t rc = checkComm(comm, "ncclCommAbort", false);
+    if (rc != ncclSuccess) return rc;
+    destroyComm(comm, true);
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommAbort)
+
+TUTTI_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guard("ncclCommGetAsyncError", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommGetAsyncError", false);
+    if (rc != ncclSuccess) return rc;
+    if (!asyncError)
+      return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL", comm);
+    int st = comm->initState.load();
+    if (st != ncclSuccess) {
+      if (st != ncclInProgress && comm->initThread.joinable()) comm->initThread.join();
+      *asyncError = static_cast<ncclResult_t>(st);
+      return ncclSuccess;
+    }
+    if (comm->initThread.joinable()) comm->initThread.join();
+    *asyncError = static_cast<ncclResult_t>(comm->impl->asyncErrorCode());
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommGetAsyncError)
+
+TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return guard("ncclCommCount", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommCount", false);
+    if (rc != ncclSuccess) return rc;
+    if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL", comm);
+    *count = comm->nranks;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommCount)
+
+TUTTI_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guard("ncclCommCuDevice", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommCuDevice", false);
+    if (rc != ncclSuccess) return rc;
+    if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL", comm);
+    *device = comm->device;  // 0 on the CPU backend (docs/api.md)
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommCuDevice)
+
+TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guard("ncclCommUserRank", [&] {
+    ncclResult_t rc = checkComm(comm, "ncclCommUserRank", false);
+    if (rc != ncclSuccess) return rc;
+    if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL", comm);
+    *rank = comm->rank;
+    return ncclSuccess;
+  });
+}
+TUTTI_PNCCL(ncclCommUserRank)
