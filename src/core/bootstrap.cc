@@ -259,19 +259,24 @@ Status startRoot(const net::SockAddr& bindAddr, UniqueIdData* id) {
   return Status::ok();
 }
 
+// What setThreadFaultForTesting named; a constant-initialised atomic, so a
+// thread that starts while the process exits finds it intact.
+std::atomic<const char*> g_threadFault{nullptr};
 }  // namespace
+
+void setThreadFaultForTesting(const char* fault) { g_threadFault.store(fault); }
 
 namespace thread_detail {
 
 void testHook(const char* site, bool start) {
-  // Never destroyed: a detached thread may start while the process exits.
-  static const std::string* hook = new std::string(params::getStr("TUTTI_TEST_THREAD_THROW", ""));
-  if (hook->empty()) return;
-  const std::string name = start ? std::string(site) + "@start" : std::string(site);
-  if (*hook != name) return;
-  if (start)
-    throw std::system_error(EAGAIN, std::generic_category(), "TUTTI_TEST_THREAD_THROW=" + name);
-  throw std::runtime_error("TUTTI_TEST_THREAD_THROW=" + name + ": injected failure");
+  const char* fault = g_threadFault.load(std::memory_order_relaxed);
+  if (!fault) return;
+  const size_t n = strlen(site);
+  if (strncmp(fault, site, n) != 0 || strcmp(fault + n, start ? "@start" : "") != 0) return;
+  const std::string what =
+      std::string("injected failure (setThreadFaultForTesting(\"") + fault + "\"))";
+  if (start) throw std::system_error(EAGAIN, std::generic_category(), what);
+  throw std::runtime_error(what);
 }
 
 Status currentException(const std::string& prefix) noexcept {

@@ -105,12 +105,15 @@ Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 // starts goes through it: site "root" (a unique id's root), "service" (a
 // rank's bootstrap service), "connect" (the executor's connect threads).
 //
-// Test hook, read once per process: TUTTI_TEST_THREAD_THROW=<site> makes the
-// body of every thread of that site throw a std::runtime_error before it runs;
-// TUTTI_TEST_THREAD_THROW=<site>@start makes creating them fail as
-// std::thread does without resources.
+// Tests: setThreadFaultForTesting("<site>") makes the body of every later
+// thread of that site throw a std::runtime_error before it runs;
+// "<site>@start" makes creating them fail as std::thread does without
+// resources; nullptr ends it. `fault` must outlive its use (a literal). Not
+// exported from libtutti.so: programs cannot reach it.
+void setThreadFaultForTesting(const char* fault);
+
 namespace thread_detail {
-// Throws when TUTTI_TEST_THREAD_THROW names `site` (at `start`, or in the body).
+// Throws when setThreadFaultForTesting named `site` (at `start`, or in the body).
 void testHook(const char* site, bool start);
 // The Status of the exception being handled, "<prefix>: <what it says>",
 // logged at WARN. Call inside a catch block only; never throws.
