@@ -113,7 +113,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
     capi::threadGroup().handles.push_back(comm);
     return ncclSuccess;
   }
-  const core::RunResult res = core::runOne(o);
+  const core::RunResult res = core::submitOne(o);
   return res.status ? ncclSuccess : fromStatus(res.status, comm);
 }
 
@@ -149,7 +149,7 @@ ncclResult_t groupEndImpl() {
     ncclResult_t rc = checkComm(c, "ncclGroupEnd");
     if (rc != ncclSuccess) return rc;
   }
-  const core::RunResult res = core::runGroup(g.ops);
+  const core::RunResult res = core::submitGroup(g.ops);
   return res.status ? ncclSuccess : fromStatus(res.status, handleOf(res.comm, g.handles));
 }
 

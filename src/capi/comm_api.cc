@@ -129,7 +129,11 @@ void destroyComm(ncclComm* c, bool abort) {
     // ncclCommAbort may come from another thread while an operation runs:
     // raise the flag, then wait until that operation has noticed it (within
     // one stall check, 100 ms) and released the communicator.
-    if (abort) c->impl->abort();
+    // Without abort, what the engine still runs ends first (core/engine.h).
+    if (abort)
+      c->impl->abort();
+    else
+      c->impl->drainEngine();
     std::lock_guard<std::mutex> lk(c->impl->mutex());
   }
   c->impl.reset();
@@ -247,8 +251,9 @@ TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", [&] {
     ncclResult_t rc = checkComm(comm, "ncclCommFinalize", false);
     if (rc != ncclSuccess) return rc;
-    // Every operation on the host path has completed when its call returned,
-    // so there is nothing left to flush.
+    // Operations on the host path have completed when their call returned;
+    // those on device streams may still run on the engine: wait for them.
+    if (comm->impl) comm->impl->drainEngine();
     comm->finalized = true;
     return ncclSuccess;
   });

@@ -133,6 +133,9 @@ TUTTI_API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor) {
       std::lock_guard<std::mutex> lk(g_mu);
       g_live.erase(compressor);
     }
+    // Its calls may still run on the communicator's engine.
+    if (tutti::capi::isLiveComm(compressor->comm) && compressor->comm->impl)
+      compressor->comm->impl->drainEngine();
     compressor->magic = 0;
     delete compressor;
     return ncclSuccess;
@@ -179,8 +182,8 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                   std::string(fn) + (sendbuff ? ": recvbuff is NULL" : ": sendbuff is NULL"), comm);
     TUTTI_INFO(tutti::log::kColl, "{}: sendbuff {} recvbuff {} count {} op {} key {} comm {}", fn,
                sendbuff, recvbuff, count, rop, key, static_cast<void*>(comm));
-    tutti::Status st = compressor->impl->allReduce(sendbuff, recvbuff, count, rop, key, rows, cols,
-                                                   reinterpret_cast<tutti::core::Queue>(stream));
+    tutti::Status st = compressor->impl->submit(sendbuff, recvbuff, count, rop, key, rows, cols,
+                                                reinterpret_cast<tutti::core::Queue>(stream));
     return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
   });
 }

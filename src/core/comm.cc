@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "core/device_ipc.h"
+#include "core/engine.h"
 #include "core/link_probe.h"
 #include "topology/topology.h"
 
@@ -284,11 +285,27 @@ Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
 
 Comm::~Comm() {
   abort_.store(true);
-  ipc_.reset();  // first: it waits through its own arena for peers still reading its buffers
+  engineSeen_.store(nullptr);
+  engine_.reset();  // first: its jobs use everything below (they fail fast now)
+  ipc_.reset();     // first: it waits through its own arena for peers still reading its buffers
   if (backend_) freePinned(backend_, &pinned_);
   oneShot_.reset();  // peers waiting on this rank there see it closed
   channels_.clear();
   bootstrap_.reset();
+}
+
+Engine& Comm::engine() {
+  std::lock_guard<std::mutex> lk(engineMu_);
+  if (!engine_) {
+    engine_ = std::make_unique<Engine>(this);
+    engineSeen_.store(engine_.get(), std::memory_order_release);
+  }
+  return *engine_;
+}
+
+void Comm::drainEngine() {
+  // A communicator that never queued anything pays one load here.
+  if (Engine* e = engineSeen_.load(std::memory_order_acquire)) e->drain();
 }
 
 Status Comm::usable() const {

@@ -44,6 +44,7 @@ struct Topology;
 namespace tutti::core {
 
 class DeviceIpc;
+class Engine;
 struct LoneWork;
 
 struct CommConfig {
@@ -169,6 +170,10 @@ class Comm {
     uint8_t id[kUniqueIdBytes] = {};
   };
   Result<SplitPlan> split(int color, int key);
+  // The progress engine (core/engine.h), started on first use, and a wait
+  // for whatever it still runs (no-op without one).
+  Engine& engine();
+  void drainEngine();
   // The planner's cache of the last collective run alone (core/group.cc).
   std::shared_ptr<LoneWork>& loneWork() { return loneWork_; }
 
@@ -242,6 +247,9 @@ class Comm {
   std::unordered_map<void*, std::unique_ptr<Registration>> registrations_;
   uint64_t splitSeq_ = 0;  // splits so far (the same on every rank)
   std::shared_ptr<LoneWork> loneWork_;
+  std::mutex engineMu_;
+  std::unique_ptr<Engine> engine_;
+  std::atomic<Engine*> engineSeen_{nullptr};  // engine_, for a lock-free check on the hot path
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;
   std::unique_ptr<OneShot> oneShot_;

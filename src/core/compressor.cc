@@ -9,6 +9,7 @@
 #include "compress/powersgd.h"
 #include "compress/wire.h"
 #include "core/comm.h"
+#include "core/engine.h"
 #include "core/group.h"
 #include "nccl.h"
 #include "transports/shm/cma.h"
@@ -49,12 +50,14 @@ Compressor::Compressor(Comm* comm, const tuttiCompressionConfig_t& cfg, bool fee
 Compressor::~Compressor() = default;
 
 tuttiCompressionStats_t Compressor::stats() const {
+  comm_->drainEngine();  // calls still queued there update the counters
   tuttiCompressionStats_t s = stats_;
   s.wireBytesSent = wireBytes_;
   return s;
 }
 
 const std::vector<float>* Compressor::residual(unsigned long long key) const {
+  comm_->drainEngine();
   auto it = tensors_.find(key);
   if (it == tensors_.end()) return nullptr;
   const Tensor& t = *it->second;
@@ -323,13 +326,6 @@ Status Compressor::allReduce(const void* send, void* recv, size_t count, int op,
   std::unique_ptr<Tensor>& slot = tensors_[key];
   if (!slot) slot = std::make_unique<Tensor>();
   Tensor& t = *slot;
-  const bool fresh = t.count == 0 && !t.powerSgd && t.residual.empty();
-  if (!fresh &&
-      (t.count != count || (kind == tuttiCompressPowerSGD && (t.rows != rows || t.cols != cols))))
-    return invalidArgument(
-        fmt::format("{}: key {} was used with count {} ({} x {}), now count {} ({} x {}); "
-                    "a key names one gradient",
-                    kFn, key, t.count, t.rows, t.cols, count, rows, cols));
   t.count = count;
   t.rows = rows;
   t.cols = cols;
@@ -363,6 +359,27 @@ Status Compressor::allReduce(const void* send, void* recv, size_t count, int op,
     z.wire.format = kind == tuttiCompressFp16 ? algo::Wire::kHalf : algo::Wire::kBf16;
   }
   return sum(send, recv, count, ncclFloat32, op, z, stream);
+}
+
+Status Compressor::submit(const void* send, void* recv, size_t count, int op,
+                          unsigned long long key, size_t rows, size_t cols, Queue stream) {
+  // The shape a key was first used with, checked before anything is queued.
+  // (A key used only with count 0 so far has no shape yet.)
+  auto [it, fresh] = shapes_.try_emplace(key, Shape{count, rows, cols});
+  if (it->second.count == 0) it->second = Shape{count, rows, cols};
+  const Shape& was = it->second;
+  if (!fresh && (was.count != count ||
+                 (cfg_.kind == tuttiCompressPowerSGD && (was.rows != rows || was.cols != cols))))
+    return invalidArgument(
+        fmt::format("{}: key {} was used with count {} ({} x {}), now count {} ({} x {}); "
+                    "a key names one gradient",
+                    kFn, key, was.count, was.rows, was.cols, count, rows, cols));
+  if (runsOnEngine(*comm_, stream))
+    return comm_->engine().submit({stream}, [=](Queue own) {
+      return allReduce(send, recv, count, op, key, rows, cols, own);
+    });
+  comm_->drainEngine();
+  return allReduce(send, recv, count, op, key, rows, cols, stream);
 }
 
 }  // namespace tutti::core

@@ -47,10 +47,17 @@ class Compressor {
   const tuttiCompressionConfig_t& config() const { return cfg_; }
   bool feedback() const { return feedback_; }
 
-  // op: ncclSum or ncclAvg; rows x cols: PowerSGD's matrix shape.
+  // op: ncclSum or ncclAvg; rows x cols: PowerSGD's matrix shape (checked
+  // against the key's first use by submit()).
   Status allReduce(const void* send, void* recv, size_t count, int op, unsigned long long key,
                    size_t rows, size_t cols, Queue stream);
-  // This rank's counters since creation (wireBytesSent included).
+  // What the API calls: allReduce on the communicator's engine when `stream`
+  // is a device stream it takes (core/group.h, runsOnEngine: queued, returns
+  // at once), else here after what the engine still runs.
+  Status submit(const void* send, void* recv, size_t count, int op, unsigned long long key,
+                size_t rows, size_t cols, Queue stream);
+  // This rank's counters since creation (wireBytesSent included), once what
+  // the engine still runs has finished.
   tuttiCompressionStats_t stats() const;
   // Tests: the error-feedback residuals kept for `key` (1-bit: the worker's
   // for all count elements, then the server's for this rank's segment;
@@ -59,6 +66,9 @@ class Compressor {
 
  private:
   struct Tensor;
+  struct Shape {
+    size_t count, rows, cols;
+  };
   // An exact all-reduce through the communicator (counted into wireBytes_
   // with `counted`), or with compression `c`.
   Status sum(const void* send, void* recv, size_t count, int dt, int op, const Compressed& c,
@@ -72,7 +82,8 @@ class Compressor {
   Comm* comm_;
   tuttiCompressionConfig_t cfg_;
   bool feedback_;
-  std::unordered_map<unsigned long long, std::unique_ptr<Tensor>> tensors_;
+  std::unordered_map<unsigned long long, Shape> shapes_;  // the caller's side (submit)
+  std::unordered_map<unsigned long long, std::unique_ptr<Tensor>> tensors_;  // where it runs
   tuttiCompressionStats_t stats_{};
   uint64_t wireBytes_ = 0;
   // PowerSGD's residuals shared by the ranks of a node (compress/powersgd.h): -1 until the

@@ -14,6 +14,7 @@
 #include "compress/wire.h"
 #include "core/comm.h"
 #include "core/device_ipc.h"
+#include "core/engine.h"
 #include "core/executor.h"
 #include "core/staging.h"
 #include "nccl.h"
@@ -524,6 +525,46 @@ RunResult runGroup(std::vector<Op>& all) {
   for (size_t i = 0; i < ipcWork.size(); ++i)
     if (!ipcStatus[i]) return {ipcStatus[i], ipcWork[i].first};
   return {};
+}
+
+bool runsOnEngine(Comm& comm, Queue stream) {
+  return stream && !comm.backend().hostOnly() && comm.backend().hasHostEvents();
+}
+
+namespace {
+
+// Operations of one communicator, all for its engine: queued as one job that
+// runs them on the engine's queue.
+RunResult submitToEngine(std::vector<Op> ops) {
+  Comm& comm = *ops[0].comm;
+  std::vector<Queue> streams;
+  for (const Op& o : ops)
+    if (std::find(streams.begin(), streams.end(), o.stream) == streams.end())
+      streams.push_back(o.stream);
+  Status st = comm.engine().submit(streams, [ops = std::move(ops)](Queue q) mutable {
+    for (Op& o : ops) o.stream = q;
+    return ops.size() == 1 ? runOne(ops[0]).status : runGroup(ops).status;
+  });
+  return st ? RunResult{} : RunResult{st, &comm};
+}
+
+}  // namespace
+
+RunResult submitOne(const Op& op) {
+  if (runsOnEngine(*op.comm, op.stream)) return submitToEngine({op});
+  op.comm->drainEngine();  // in call order with what it still runs
+  return runOne(op);
+}
+
+RunResult submitGroup(std::vector<Op>& ops) {
+  if (ops.empty()) return {};
+  bool engine = true;
+  for (const Op& o : ops) engine &= o.comm == ops[0].comm && runsOnEngine(*o.comm, o.stream);
+  if (engine) return submitToEngine(ops);
+  // Several communicators progress together on this thread (one thread may
+  // drive every rank of a communicator), after what their engines still run.
+  for (const Op& o : ops) o.comm->drainEngine();
+  return runGroup(ops);
 }
 
 }  // namespace tutti::core

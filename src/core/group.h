@@ -17,7 +17,8 @@
 //   collectives follow in call order, so both sides of any pair agree on
 //   instance numbers whatever the interleaving.
 // - Both take the communicators' mutexes (in address order) and complete the
-//   operations before they return (0.1's synchronous core: docs/architecture.md).
+//   operations before they return; submitOne / submitGroup (below) decide
+//   whether they run on the caller's thread or on the engine's.
 // - The result names the communicator an error belongs to: the one whose
 //   operation failed, else the first in error state, else the first.
 #pragma once
@@ -36,6 +37,17 @@ struct RunResult {
 
 RunResult runOne(const Op& op);
 RunResult runGroup(std::vector<Op>& ops);
+
+// What the API calls: like runOne / runGroup, but operations of one
+// communicator on device streams (a device backend with host events, every
+// operation on a non-NULL stream) are queued on the communicator's engine
+// (core/engine.h) and the call returns at once; the data is produced in
+// stream order. Everything else runs on the caller's thread after what the
+// engines of its communicators still run, and is complete on return.
+RunResult submitOne(const Op& op);
+RunResult submitGroup(std::vector<Op>& ops);
+// Whether work for `comm` on `stream` goes to its engine.
+bool runsOnEngine(Comm& comm, Queue stream);
 
 // What TUTTI_COMPRESSION asks of a plain all-reduce on `comm` (float32
 // sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning

@@ -1,0 +1,149 @@
+#include "core/engine.h"
+
+#include <new>
+#include <system_error>
+
+#include "base/backoff.h"
+#include "base/log.h"
+#include "core/comm.h"
+
+namespace tutti::core {
+
+Engine::Engine(Comm* comm) : comm_(comm), be_(comm->backend()) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+Status Engine::submit(const std::vector<Queue>& streams, Job job) {
+  Task t;
+  t.job = std::move(job);
+  // Undoes what is set up so far: the streams already held are released.
+  auto undo = [&](Status st) {
+    finish(t);
+    return st;
+  };
+  const int device = comm_->device();
+  for (Queue s : streams) {
+    auto ready = be_.eventCreate(device);
+    if (!ready) return undo(ready.status());
+    t.ready.push_back(ready.value());
+    if (Status st = be_.eventRecord(ready.value(), s); !st) return undo(st);
+    auto release = be_.hostEventCreate(device);
+    if (!release) return undo(release.status());
+    t.release.push_back(release.value());
+    if (Status st = be_.eventWait(s, release.value()); !st) return undo(st);
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error& e) {
+      lk.unlock();
+      return undo(
+          systemError(std::string("cannot start the communicator's engine thread: ") + e.what()));
+    }
+  }
+  tasks_.push_back(std::move(t));
+  ++submitted_;
+  wake_.notify_one();
+  return Status::ok();
+}
+
+void Engine::drain() {
+  std::unique_lock<std::mutex> lk(mu_);
+  done_.wait(lk, [&] { return finished_ == submitted_; });
+}
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return finished_ == submitted_;
+}
+
+uint64_t Engine::jobsRun() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return finished_;
+}
+
+Status Engine::start() {
+  // The thread works on the communicator's device, on a queue of its own.
+  TUTTI_RETURN_IF_ERROR(be_.setDevice(comm_->device()).withContext("engine thread"));
+  auto q = be_.queueCreate(comm_->device());
+  if (!q) return q.status().withContext("the engine's queue");
+  queue_ = q.value();
+  return Status::ok();
+}
+
+Status Engine::waitReady(const Task& t) {
+  base::Backoff backoff(comm_->oversubscribed());
+  for (Event e : t.ready) {
+    for (;;) {
+      auto done = be_.eventDone(e);
+      if (!done) return done.status().withContext("waiting for the work queued before the call");
+      if (done.value()) break;
+      if (comm_->aborted())
+        return invalidUsage("communicator aborted while an operation waited for its stream");
+      backoff.idle();
+    }
+    backoff.progress();
+  }
+  return Status::ok();
+}
+
+void Engine::finish(Task& t) {
+  for (Event e : t.release) {
+    Status st = be_.hostEventSignal(e);
+    if (!st) TUTTI_WARN("releasing a stream after a collective: {}", st.message());
+    (void)be_.eventDestroy(e);
+  }
+  for (Event e : t.ready) (void)be_.eventDestroy(e);
+  t.release.clear();
+  t.ready.clear();
+}
+
+void Engine::run() {
+  log::setThreadRank(comm_->rank());
+  Status started;
+  try {
+    started = start();
+  } catch (const std::exception& e) {
+    started = internalError(std::string("engine thread start: ") + e.what());
+  }
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      wake_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) break;  // stopping, nothing left
+      t = std::move(tasks_.front());
+      tasks_.pop_front();
+      busy_ = true;
+    }
+    Status st = started;
+    try {
+      if (st) st = comm_->usable();
+      if (st) st = waitReady(t);
+      if (st) st = t.job(queue_);
+    } catch (const std::bad_alloc&) {
+      st = systemError("out of host memory in the communicator's engine");
+    } catch (const std::exception& e) {
+      st = internalError(std::string("communicator engine: ") + e.what());
+    } catch (...) {
+      st = internalError("communicator engine: unknown exception");
+    }
+    if (!st) comm_->setError(st);  // the first error sticks; later jobs fail at once
+    finish(t);
+    std::lock_guard<std::mutex> lk(mu_);
+    busy_ = false;
+    ++finished_;
+    done_.notify_all();
+  }
+  if (queue_) (void)be_.queueDestroy(queue_);
+}
+
+}  // namespace tutti::core

@@ -1,0 +1,81 @@
+// The progress engine of a communicator: operations on device streams run on
+// its thread, in call order, and the caller returns as soon as they are
+// queued.
+//
+// Contract
+// - submit(streams, job): the job starts once the work queued on each of
+//   `streams` before the call has completed (a backend event recorded on
+//   each, polled by the engine), and later work on those streams waits until
+//   the job has finished (a host event each stream waits on, signalled by the
+//   engine thread whether the job succeeded or not): no host thread blocks in
+//   between. The job runs on the engine thread, with the engine's own queue
+//   on the communicator's device for its copies and kernels (never the
+//   caller's streams: they are held until the job ends). submit() returns
+//   once the job is queued, or with the error of setting up its events
+//   (nothing is queued then). Requires Backend::hasHostEvents().
+// - Jobs run one at a time, in submission order. A job that fails breaks the
+//   communicator (Comm::setError): later jobs fail at once, their streams are
+//   still released, and ncclCommGetAsyncError reports the error. So does an
+//   abort (Comm::abort), which also ends the wait for a stream.
+// - drain(): returns once every job submitted so far has finished. idle():
+//   nothing is queued or running.
+// - One thread per communicator, started by the first submit (a communicator
+//   that never has an operation on a device stream has none); it catches
+//   everything; the destructor drains (or, once the communicator is aborted,
+//   fails what is left) and joins it.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "core/backend.h"
+
+namespace tutti::core {
+
+class Comm;
+
+class Engine {
+ public:
+  using Job = std::function<Status(Queue)>;
+
+  explicit Engine(Comm* comm);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Status submit(const std::vector<Queue>& streams, Job job);
+  void drain();
+  bool idle() const;
+  // Jobs run so far (tests: the thread count stays one however many run).
+  uint64_t jobsRun() const;
+
+ private:
+  struct Task {
+    Job job;
+    std::vector<Event> ready;    // recorded on the caller's streams
+    std::vector<Event> release;  // host events the caller's streams wait on
+  };
+  void run();
+  Status start();
+  // Waits (polling, backing off) until t's streams reached the call.
+  Status waitReady(const Task& t);
+  // Signals and destroys t's events.
+  void finish(Task& t);
+
+  Comm* comm_;
+  Backend& be_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::deque<Task> tasks_;
+  bool busy_ = false, stopping_ = false;
+  uint64_t submitted_ = 0, finished_ = 0;
+  std::thread thread_;
+  Queue queue_ = nullptr;  // the engine's own (created by the thread's first job)
+};
+
+}  // namespace tutti::core

@@ -1,0 +1,272 @@
+// Operations on device streams return as soon as they are queued (the
+// communicator's engine, core/engine.h), whatever the peers are doing, and
+// produce their data in stream order. Run on xpu_emu, whose queues run on
+// their own threads like a real device's: a synchronous implementation (the
+// caller blocked until the collective ends) fails AsyncReturn. Two ranks as
+// threads; rank 1 calls kLateMs late.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "inproc/harness.h"
+#include "nccl.h"
+#include "tutti/tutti.h"
+
+namespace tutti::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kLateMs = 500;
+constexpr size_t kCount = 1 << 20;  // 4 MiB of float
+
+double msSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+int threadCount() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+// One rank's device side: a queue and device buffers from the backend.
+struct Rank {
+  core::Backend* be = nullptr;
+  core::Queue q = nullptr;
+  std::vector<void*> bufs;
+  Rank() {
+    auto b = core::processBackend();
+    EXPECT_TRUE(b.isOk()) << b.status().message();
+    be = b.value();
+    auto queue = be->queueCreate(0);
+    EXPECT_TRUE(queue.isOk()) << queue.status().message();
+    q = queue.value();
+  }
+  ~Rank() {
+    for (void* p : bufs) EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+    EXPECT_TRUE(be->queueDestroy(q).isOk());
+  }
+  float* alloc(size_t count) {
+    void* p = nullptr;
+    EXPECT_EQ(ncclMemAlloc(&p, count * sizeof(float)), ncclSuccess) << ncclGetLastError(nullptr);
+    bufs.push_back(p);
+    return static_cast<float*>(p);
+  }
+  cudaStream_t stream() const { return reinterpret_cast<cudaStream_t>(q); }
+  // Written on the queue right before the call, as a kernel would.
+  void put(float* dst, const std::vector<float>& v) {
+    ASSERT_TRUE(be->copyAsync(dst, v.data(), v.size() * sizeof(float), q).isOk());
+  }
+  std::vector<float> get(const float* src, size_t count) {
+    std::vector<float> v(count);
+    EXPECT_TRUE(be->copyAsync(v.data(), src, count * sizeof(float), q).isOk());
+    EXPECT_TRUE(be->sync(q).isOk());
+    return v;
+  }
+};
+
+// Integer-valued, small enough that fp16 and every sum of two ranks are exact.
+float value(int rank, size_t i) { return static_cast<float>((i % 251) + 300 * rank); }
+std::vector<float> data(int rank, size_t count) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = value(rank, i);
+  return v;
+}
+
+enum class Kind { kAllReduce, kAllGather, kBroadcast, kSendRecv, kCompressed };
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::kAllReduce:
+      return "AllReduceInPlace";
+    case Kind::kAllGather:
+      return "AllGather";
+    case Kind::kBroadcast:
+      return "Broadcast";
+    case Kind::kSendRecv:
+      return "GroupedSendRecv";
+    case Kind::kCompressed:
+      return "CompressedAllReduce";
+  }
+  return "?";
+}
+
+// The premise of every test here: a device backend whose queues can be held
+// by host events (else the operations run synchronously, by design).
+void requireEngineBackend() {
+  auto b = core::processBackend();
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  ASSERT_FALSE(b.value()->hostOnly()) << "run with TUTTI_BACKEND_PLUGIN=xpu_emu";
+  ASSERT_TRUE(b.value()->hasHostEvents()) << b.value()->name() << " has no host events";
+}
+
+class AsyncReturn : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override { requireEngineBackend(); }
+};
+
+// The call on each rank: the input written on the queue right before it.
+ncclResult_t call(Kind k, int r, ncclComm_t comm, Rank& d, float* in, float* out,
+                  tuttiCompressor_t z) {
+  const int peer = 1 - r;
+  switch (k) {
+    case Kind::kAllReduce:
+      d.put(in, data(r, kCount));
+      return ncclAllReduce(in, in, kCount, ncclFloat32, ncclSum, comm, d.stream());
+    case Kind::kAllGather:
+      d.put(in, data(r, kCount / 2));
+      return ncclAllGather(in, out, kCount / 2, ncclFloat32, comm, d.stream());
+    case Kind::kBroadcast:
+      d.put(in, data(r, kCount));
+      return ncclBroadcast(in, out, kCount, ncclFloat32, 1, comm, d.stream());
+    case Kind::kSendRecv: {
+      d.put(in, data(r, kCount));
+      ncclResult_t rc = ncclGroupStart();
+      if (rc == ncclSuccess) rc = ncclSend(in, kCount, ncclFloat32, peer, comm, d.stream());
+      if (rc == ncclSuccess) rc = ncclRecv(out, kCount, ncclFloat32, peer, comm, d.stream());
+      ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    }
+    case Kind::kCompressed:
+      d.put(in, data(r, kCount));
+      return tuttiAllReduceCompressed(in, out, kCount, ncclFloat32, ncclSum, z, 7, 0, 0,
+                                      d.stream());
+  }
+  return ncclInternalError;
+}
+
+void check(Kind k, int r, Rank& d, float* in, float* out) {
+  const int peer = 1 - r;
+  switch (k) {
+    case Kind::kAllReduce:
+    case Kind::kCompressed: {
+      auto got = d.get(k == Kind::kAllReduce ? in : out, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(0, i) + value(1, i)) << "rank " << r << " element " << i;
+      break;
+    }
+    case Kind::kAllGather: {
+      auto got = d.get(out, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(static_cast<int>(i / (kCount / 2)), i % (kCount / 2)))
+            << "rank " << r << " element " << i;
+      break;
+    }
+    case Kind::kBroadcast: {
+      auto got = d.get(out, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(1, i)) << "rank " << r << " element " << i;
+      break;
+    }
+    case Kind::kSendRecv: {
+      auto got = d.get(out, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(peer, i)) << "rank " << r << " element " << i;
+      break;
+    }
+  }
+}
+
+TEST_P(AsyncReturn, BeforeTheLatePeerCalls) {
+  const Kind k = GetParam();
+  runRanks(2, [&](int r, ncclComm_t comm) {
+    Rank d;
+    float* in = d.alloc(kCount);
+    float* out = d.alloc(kCount);
+    tuttiCompressor_t z = nullptr;
+    if (k == Kind::kCompressed) {
+      tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
+      cfg.kind = tuttiCompressFp16;
+      ASSERT_EQ(tuttiCompressorCreate(comm, &cfg, &z), ncclSuccess) << ncclGetLastError(comm);
+    }
+    // A first call of the kind (connections, schedules), both ranks on time.
+    ASSERT_EQ(call(k, r, comm, d, in, out, z), ncclSuccess) << ncclGetLastError(comm);
+    check(k, r, d, in, out);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
+    const auto t0 = Clock::now();
+    ASSERT_EQ(call(k, r, comm, d, in, out, z), ncclSuccess) << ncclGetLastError(comm);
+    const double ms = msSince(t0);
+    // Rank 0 returns while rank 1 is still asleep (a synchronous call takes
+    // at least kLateMs); generous for a loaded machine, far below kLateMs.
+    if (r == 0) EXPECT_LT(ms, kLateMs / 5.0) << kindName(k) << " returned after " << ms << " ms";
+    if (r == 0)
+      printf("[  async   ] %s returned in %.3f ms (peer %d ms late)\n", kindName(k), ms, kLateMs);
+    check(k, r, d, in, out);
+    if (r == 0) EXPECT_GE(msSince(t0), kLateMs * 0.8) << "the result came before the peer called";
+    ncclResult_t async = ncclInternalError;
+    EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    if (z) EXPECT_EQ(tuttiCompressorDestroy(z), ncclSuccess);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AsyncReturn,
+                         ::testing::Values(Kind::kAllReduce, Kind::kAllGather, Kind::kBroadcast,
+                                           Kind::kSendRecv, Kind::kCompressed),
+                         [](const auto& info) { return std::string(kindName(info.param)); });
+
+// One engine thread per communicator, however many operations it runs.
+TEST(AsyncEngine, ThreadCountStaysConstant) {
+  requireEngineBackend();
+  // The ranks are threads of this process: both count at the same points.
+  std::atomic<int> arrived{0};
+  auto meet = [&](int round) {
+    arrived++;
+    while (arrived.load() < 2 * round) std::this_thread::yield();
+  };
+  std::vector<int> before(2), after(2);
+  runRanks(2, [&](int r, ncclComm_t comm) {
+    Rank d;
+    float* buf = d.alloc(256);
+    d.put(buf, data(r, 256));
+    ASSERT_EQ(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, d.stream()), ncclSuccess);
+    d.get(buf, 256);
+    meet(1);
+    before[r] = threadCount();
+    meet(2);
+    for (int i = 0; i < 2000; ++i)
+      ASSERT_EQ(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclMax, comm, d.stream()), ncclSuccess);
+    d.get(buf, 256);
+    meet(3);
+    after[r] = threadCount();
+    meet(4);
+  });
+  EXPECT_EQ(after, before);
+}
+
+// Abort while an operation waits on the engine for a peer that never calls:
+// the abort returns promptly, the stream is released, the peer's abort too.
+TEST(AsyncEngine, AbortEndsAQueuedOperation) {
+  requireEngineBackend();
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(2);
+  std::vector<std::thread> init;
+  for (int r = 0; r < 2; ++r)
+    init.emplace_back([&, r] { EXPECT_EQ(ncclCommInitRank(&comms[r], 2, id, r), ncclSuccess); });
+  for (auto& t : init) t.join();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  Rank d;
+  float* buf = d.alloc(kCount);
+  d.put(buf, data(0, kCount));
+  ASSERT_EQ(ncclAllReduce(buf, buf, kCount, ncclFloat32, ncclSum, comms[0], d.stream()),
+            ncclSuccess);  // rank 1 never calls
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  EXPECT_LT(msSince(t0), 1000.0);
+  EXPECT_TRUE(d.be->sync(d.q).isOk());  // released, not held forever
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace tutti::test
