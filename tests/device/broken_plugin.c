@@ -14,6 +14,9 @@
  *   BROKEN_NO_ENTRY         tuttiBackendPluginInit is not exported at all
  *   BROKEN_INIT_FAILS       init() fails as on a machine without the device
  *   BROKEN_WRONG_REDUCE     loads fine, but its reduce kernel writes zeros
+ *   BROKEN_OLD_TABLE        not broken: a table from before setDevice and the host
+ *                           events were appended (structSize ends before them); the
+ *                           bytes after it hold garbage pointers tutti must never read
  */
 /* The template's entry point is renamed so that this file can wrap it. */
 #define tuttiBackendPluginInit templateEntry
@@ -63,6 +66,11 @@ TUTTI_PLUGIN_EXPORT const tuttiBackendPlugin_v1* tuttiBackendPluginInit(uint32_t
   table.init = brokenInit;
 #elif defined(BROKEN_WRONG_REDUCE)
   table.reduce = brokenReduce;
+#elif defined(BROKEN_OLD_TABLE)
+  table.structSize = (uint32_t)offsetof(tuttiBackendPlugin_v1, setDevice);
+  table.setDevice = (ncclResult_t(*)(void*, int32_t))(uintptr_t)0x5a5a5a5a;
+  table.hostEventCreate = (ncclResult_t(*)(void*, int32_t, tuttiPluginEvent_t*))(uintptr_t)0x5a5a;
+  table.hostEventSignal = (ncclResult_t(*)(void*, tuttiPluginEvent_t))(uintptr_t)0x5a;
 #else
 #error "choose what is broken with one BROKEN_* flag"
 #endif

@@ -194,6 +194,10 @@ void describe(core::Backend& b, const std::string& arg) {
     printf("  kernels run by tutti on the host (NULL in the table):%s\n", host.c_str());
   printf("  IPC: %s\n", b.hasIpc() ? "ipcExport/ipcImport/ipcClose"
                                    : "none (peers stage through pinned host memory)");
+  printf("  stream ordering: %s; setDevice: %s\n",
+         b.hasHostEvents() ? "host events (hostEventCreate/hostEventSignal)"
+                           : "none (tutti blocks the caller until an operation completes)",
+         t.setDevice ? "yes" : "no (only the current device)");
 }
 
 int run(int argc, char** argv) {

@@ -16,11 +16,18 @@
 // the summation order free: tolerances are given where they are checked.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/codec_kernels.h"
@@ -500,6 +507,177 @@ TEST_P(Conformance, QueueAndEventOrdering) {
   EXPECT_TRUE(be_->eventDestroy(ev.value()).isOk());
   EXPECT_TRUE(be_->queueDestroy(q1.value()).isOk());
   EXPECT_TRUE(be_->queueDestroy(q2.value()).isOk());
+}
+
+// Runs fn on a thread of its own and waits up to `limit` for it; a call that
+// hangs fails the check and ends the process (SIGABRT: tutti-conformance's
+// row then says the check crashed) rather than hanging the suite.
+template <typename Fn>
+void mustReturnWithin(std::chrono::seconds limit, const char* what, Fn&& fn) {
+  auto done = std::async(std::launch::async, std::forward<Fn>(fn));
+  if (done.wait_for(limit) == std::future_status::ready) return done.get();
+  ADD_FAILURE() << what << " did not return within " << limit.count() << " s";
+  fprintf(stderr, "%s did not return within %lld s\n", what, static_cast<long long>(limit.count()));
+  std::abort();
+}
+
+// A host event holds a queue (include/tutti/backend_plugin.h, hostEventCreate):
+// after eventWait(q, e) a copy on q does not run until hostEventSignal(e),
+// signalled from another thread while this one waits in queueSynchronize,
+// and eventWait itself returns at once; destroying an unsignalled host event
+// releases a queue waiting on it. The CPU backend's queues are synchronous:
+// there the documented answer is checked instead (eventWait on an
+// unsignalled host event is refused, nothing waits).
+TEST_P(Conformance, HostEventOrdersAQueue) {
+  if (!be_->hasHostEvents())
+    GTEST_SKIP() << "the plugin offers no host events (hostEventCreate/hostEventSignal NULL or "
+                    "beyond its table): tutti blocks the caller instead";
+  auto q = be_->queueCreate(0);
+  ASSERT_TRUE(q.isOk()) << q.status().message();
+  auto he = be_->hostEventCreate(0);
+  ASSERT_TRUE(he.isOk()) << he.status().message();
+  auto done = be_->eventDone(he.value());
+  ASSERT_TRUE(done.isOk());
+  EXPECT_FALSE(done.value()) << "a new host event must be unsignalled";
+  EXPECT_FALSE(be_->eventRecord(he.value(), q.value()).isOk()) << "eventRecord on a host event";
+  const auto& t = be_->table();
+
+  if (be_->hostOnly()) {
+    Status st = be_->eventWait(q.value(), he.value());
+    EXPECT_FALSE(st.isOk()) << "the CPU backend cannot hold a synchronous queue";
+    EXPECT_NE(st.message().find("synchronous"), std::string::npos) << st.message();
+    ASSERT_TRUE(be_->hostEventSignal(he.value()).isOk());
+    ASSERT_TRUE(be_->hostEventSignal(he.value()).isOk());  // idempotent
+    done = be_->eventDone(he.value());
+    ASSERT_TRUE(done.isOk());
+    EXPECT_TRUE(done.value());
+    EXPECT_TRUE(be_->eventWait(q.value(), he.value()).isOk());  // signalled: nothing to wait for
+    EXPECT_EQ(t.eventSynchronize(be_->context(), he.value()), ncclSuccess);
+    EXPECT_TRUE(be_->eventDestroy(he.value()).isOk());
+    EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
+    return;
+  }
+
+  const size_t bytes = 1 << 20;
+  std::vector<uint8_t> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * 13 + 7);
+  DevBuf src(be_.get(), bytes);
+  src.upload(pattern.data(), bytes);
+  auto pinnedMem = be_->hostAlloc(bytes);
+  ASSERT_TRUE(pinnedMem.isOk());
+  auto* pinned = static_cast<uint8_t*>(pinnedMem.value());
+  auto untouched = [&] {
+    for (size_t i = 0; i < bytes; i += 4093)
+      if (pinned[i] != 0) return false;
+    return pinned[bytes - 1] == 0;
+  };
+  memset(pinned, 0, bytes);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  mustReturnWithin(std::chrono::seconds(30), "eventWait on an unsignalled host event",
+                   [&] { EXPECT_TRUE(be_->eventWait(q.value(), he.value()).isOk()); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
+      << "eventWait must not wait for the signal: the queue waits, not the host";
+  ASSERT_TRUE(be_->copyAsync(pinned, src.get(), bytes, q.value()).isOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(untouched()) << "the copy behind eventWait ran before the host event was signalled";
+  done = be_->eventDone(he.value());
+  ASSERT_TRUE(done.isOk());
+  EXPECT_FALSE(done.value());
+
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(be_->hostEventSignal(he.value()).isOk());
+    EXPECT_TRUE(be_->hostEventSignal(he.value()).isOk());  // idempotent
+  });
+  mustReturnWithin(std::chrono::seconds(30), "queueSynchronize after hostEventSignal",
+                   [&] { EXPECT_TRUE(be_->sync(q.value()).isOk()); });
+  signaller.join();
+  EXPECT_EQ(memcmp(pinned, pattern.data(), bytes), 0) << "the copy did not run after the signal";
+  done = be_->eventDone(he.value());
+  ASSERT_TRUE(done.isOk());
+  EXPECT_TRUE(done.value());
+  EXPECT_EQ(t.eventSynchronize(be_->context(), he.value()), ncclSuccess);
+  EXPECT_TRUE(be_->eventDestroy(he.value()).isOk());
+
+  // Destroying a host event that a queue still waits on releases the queue.
+  memset(pinned, 0, bytes);
+  auto he2 = be_->hostEventCreate(0);
+  ASSERT_TRUE(he2.isOk());
+  ASSERT_TRUE(be_->eventWait(q.value(), he2.value()).isOk());
+  ASSERT_TRUE(be_->copyAsync(pinned, src.get(), bytes, q.value()).isOk());
+  ASSERT_TRUE(be_->eventDestroy(he2.value()).isOk());
+  mustReturnWithin(std::chrono::seconds(30), "queueSynchronize after destroying the host event",
+                   [&] { EXPECT_TRUE(be_->sync(q.value()).isOk()); });
+  EXPECT_EQ(memcmp(pinned, pattern.data(), bytes), 0);
+
+  EXPECT_TRUE(be_->hostFree(pinned).isOk());
+  EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
+}
+
+// setDevice makes each device current in turn for this thread only; an
+// out-of-range device is an error with a reason, not a crash.
+TEST_P(Conformance, SetDeviceChangesCurrentDevice) {
+  if (be_->table().setDevice == nullptr)
+    GTEST_SKIP() << "the plugin offers no setDevice: tutti accepts only the device "
+                    "currentDevice answers";
+  auto n = be_->deviceCount();
+  auto orig = be_->currentDevice();
+  ASSERT_TRUE(n.isOk() && orig.isOk());
+  // A thread that reads its current device before and after this one switches.
+  std::mutex mu;
+  std::condition_variable cv;
+  int stage = 0;
+  int otherBefore = -2, otherAfter = -2;
+  auto current = [&] {
+    auto d = be_->currentDevice();
+    return d ? d.value() : -1;
+  };
+  std::thread other([&] {
+    otherBefore = current();
+    std::unique_lock<std::mutex> lock(mu);
+    stage = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return stage == 2; });
+    otherAfter = current();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stage == 1; });
+  }
+  const char text[] = "on the current device";
+  for (int d = n.value() - 1; d >= 0; --d) {
+    SCOPED_TRACE("device " + std::to_string(d));
+    Status st = be_->setDevice(d);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    auto cur = be_->currentDevice();
+    ASSERT_TRUE(cur.isOk());
+    EXPECT_EQ(cur.value(), d);
+    // The NULL queue serves this device: a round trip through it.
+    auto p = be_->alloc(d, sizeof text);
+    ASSERT_TRUE(p.isOk()) << p.status().message();
+    char back[sizeof text] = {};
+    EXPECT_TRUE(be_->copy(p.value(), text, sizeof text).isOk());
+    EXPECT_TRUE(be_->copy(back, p.value(), sizeof text).isOk());
+    EXPECT_STREQ(back, text);
+    EXPECT_TRUE(be_->free(p.value()).isOk());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stage = 2;
+  }
+  cv.notify_all();
+  other.join();
+  EXPECT_EQ(otherAfter, otherBefore) << "setDevice changed another thread's current device";
+  for (int bad : {n.value(), n.value() + 7, -1}) {
+    Status st = be_->setDevice(bad);
+    EXPECT_FALSE(st.isOk()) << "setDevice(" << bad << ") of " << n.value() << " devices";
+    EXPECT_EQ(st.message().find("no reason given"), std::string::npos) << st.message();
+    auto cur = be_->currentDevice();
+    ASSERT_TRUE(cur.isOk());
+    EXPECT_EQ(cur.value(), 0) << "a failed setDevice changed the current device";
+  }
+  EXPECT_TRUE(be_->setDevice(orig.value()).isOk());
 }
 
 TEST_P(Conformance, BadArgumentsAreErrorsNotCrashes) {

@@ -7,9 +7,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tutti/backend_plugin.h"
@@ -108,6 +110,9 @@ TEST_F(CudaPlugin, RequiredFunctionsArePresent) {
       reinterpret_cast<const void*>(table_->pack1bit),
       reinterpret_cast<const void*>(table_->unpack1bit),
       reinterpret_cast<const void*>(table_->gemm),
+      reinterpret_cast<const void*>(table_->setDevice),
+      reinterpret_cast<const void*>(table_->hostEventCreate),
+      reinterpret_cast<const void*>(table_->hostEventSignal),
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
     EXPECT_NE(required[i], nullptr) << "function #" << i;
@@ -199,6 +204,56 @@ TEST_F(CudaPlugin, MemoryQueuesEventsAndOneReduce) {
   EXPECT_EQ(table_->eventDestroy(ctx_, ev), ncclSuccess);
   EXPECT_EQ(table_->memFree(ctx_, a), ncclSuccess);
   EXPECT_EQ(table_->memFree(ctx_, b), ncclSuccess);
+  EXPECT_EQ(table_->hostFree(ctx_, h), ncclSuccess);
+  EXPECT_EQ(table_->queueDestroy(ctx_, q), ncclSuccess);
+}
+
+// A host event holds a stream (cuStreamWaitValue32 on the mapped slot, or
+// the host-function fallback) until the host signals it; destroying one
+// releases the stream; setDevice refuses a device that does not exist.
+TEST_F(CudaPlugin, HostEventHoldsAStream) {
+  ASSERT_NE(table_, nullptr);
+  REQUIRE_GPU();
+  int32_t dev = -1, n = 0;
+  ASSERT_EQ(table_->currentDevice(ctx_, &dev), ncclSuccess);
+  ASSERT_EQ(table_->deviceCount(ctx_, &n), ncclSuccess);
+  EXPECT_EQ(table_->setDevice(ctx_, n), ncclInvalidArgument);
+  EXPECT_NE(std::string(table_->lastError(ctx_)).find("no device"), std::string::npos);
+  ASSERT_EQ(table_->setDevice(ctx_, dev), ncclSuccess);
+  tuttiPluginQueue_t q = nullptr;
+  ASSERT_EQ(table_->queueCreate(ctx_, dev, &q), ncclSuccess) << table_->lastError(ctx_);
+  const size_t bytes = 1 << 20;
+  void *d = nullptr, *h = nullptr;
+  ASSERT_EQ(table_->memAlloc(ctx_, dev, bytes, &d), ncclSuccess);
+  ASSERT_EQ(table_->hostAlloc(ctx_, bytes, &h), ncclSuccess);
+  std::vector<unsigned char> pattern(bytes, 0xa5);
+  ASSERT_EQ(table_->memcpyAsync(ctx_, d, pattern.data(), bytes, q), ncclSuccess);
+  ASSERT_EQ(table_->queueSynchronize(ctx_, q), ncclSuccess);
+  for (int round = 0; round < 2; ++round) {  // 0: signalled, 1: destroyed while waited on
+    SCOPED_TRACE(round == 0 ? "signal" : "destroy");
+    memset(h, 0, bytes);
+    tuttiPluginEvent_t he = nullptr;
+    ASSERT_EQ(table_->hostEventCreate(ctx_, dev, &he), ncclSuccess) << table_->lastError(ctx_);
+    EXPECT_EQ(table_->eventRecord(ctx_, he, q), ncclInvalidArgument);
+    ASSERT_EQ(table_->eventWait(ctx_, q, he), ncclSuccess) << table_->lastError(ctx_);
+    ASSERT_EQ(table_->memcpyAsync(ctx_, h, d, bytes, q), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(static_cast<unsigned char*>(h)[bytes - 1], 0) << "the copy ran before the signal";
+    int32_t done = -1;
+    ASSERT_EQ(table_->eventQuery(ctx_, he, &done), ncclSuccess);
+    EXPECT_EQ(done, 0);
+    if (round == 0) {
+      ASSERT_EQ(table_->hostEventSignal(ctx_, he), ncclSuccess);
+      ASSERT_EQ(table_->hostEventSignal(ctx_, he), ncclSuccess);  // idempotent
+      ASSERT_EQ(table_->eventSynchronize(ctx_, he), ncclSuccess);
+      ASSERT_EQ(table_->eventQuery(ctx_, he, &done), ncclSuccess);
+      EXPECT_EQ(done, 1);
+    }
+    ASSERT_EQ(table_->eventDestroy(ctx_, he), ncclSuccess);
+    ASSERT_EQ(table_->queueSynchronize(ctx_, q), ncclSuccess);
+    EXPECT_EQ(memcmp(h, pattern.data(), bytes), 0);
+  }
+  EXPECT_EQ(table_->memFree(ctx_, d), ncclSuccess);
   EXPECT_EQ(table_->hostFree(ctx_, h), ncclSuccess);
   EXPECT_EQ(table_->queueDestroy(ctx_, q), ncclSuccess);
 }

@@ -15,6 +15,8 @@
 // ncclGetErrorString and ncclGetLastError of ncclMemAlloc and
 // ncclCommInitRank; the WARN log line must carry the same message.
 // The plugins are tests/device/broken_plugin.c built once per BROKEN_* flag.
+// PluginTableSize: tables shorter than this tutti's (a plugin built before
+// fields were appended) load and read the missing fields as NULL.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -23,6 +25,7 @@
 #include <map>
 #include <string>
 
+#include "backends/cpu/cpu_backend.h"
 #include "core/backend.h"
 
 namespace tutti {
@@ -103,6 +106,53 @@ TEST(PluginLoadErrors, MissingOrNotALibrary) {
   EXPECT_EQ(b.status().message().rfind("backend plugin " + text + ": dlopen failed: ", 0), 0u)
       << b.status().message();
   std::remove(text.c_str());
+}
+
+// ---- tables of other sizes (not errors) -------------------------------------
+
+// A plugin built before setDevice and the host events were appended to the
+// table (its structSize ends before them, garbage follows) loads; tutti reads
+// none of the new fields, and what they would do is answered without them.
+TEST(PluginTableSize, TableFromBeforeHostEventsLoads) {
+  auto b = Backend::load(BROKEN_OLD_TABLE_PATH);
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  Backend& be = *b.value();
+  EXPECT_EQ(be.table().setDevice, nullptr);
+  EXPECT_EQ(be.table().hostEventCreate, nullptr);
+  EXPECT_EQ(be.table().hostEventSignal, nullptr);
+  EXPECT_FALSE(be.hasHostEvents());
+  EXPECT_TRUE(be.setDevice(0).isOk());  // already the current device
+  Status st = be.setDevice(1);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
+  EXPECT_EQ(st.message(),
+            "backend broken: cannot make device 1 current: the plugin offers no setDevice and its "
+            "current device is 0");
+  auto he = be.hostEventCreate(0);
+  ASSERT_FALSE(he.isOk());
+  EXPECT_EQ(he.status().code(), Code::kInvalidUsage);
+  EXPECT_EQ(he.status().message(),
+            "backend broken offers no host events (hostEventCreate/hostEventSignal are NULL or "
+            "beyond its table)");
+  EXPECT_EQ(be.hostEventSignal(nullptr).code(), Code::kInvalidUsage);
+}
+
+// Only whole fields are copied: one the structSize covers in part reads as
+// NULL (here half of hostEventCreate); with the whole table, all are there.
+TEST(PluginTableSize, FieldsPartlyCoveredReadAsNull) {
+  tuttiBackendPlugin_v1 t = *cpu::backendPlugin();
+  t.structSize = offsetof(tuttiBackendPlugin_v1, hostEventCreate) + 4;
+  auto b = Backend::fromTable(&t, "a cut CPU table");
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EXPECT_NE(b.value()->table().setDevice, nullptr);
+  EXPECT_EQ(b.value()->table().hostEventCreate, nullptr);
+  EXPECT_EQ(b.value()->table().hostEventSignal, nullptr);
+  EXPECT_FALSE(b.value()->hasHostEvents());
+  EXPECT_TRUE(b.value()->setDevice(0).isOk());
+  EXPECT_FALSE(b.value()->setDevice(1).isOk());  // the plugin's own answer
+  t.structSize = sizeof t;
+  b = Backend::fromTable(&t, "the CPU table");
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EXPECT_TRUE(b.value()->hasHostEvents());
 }
 
 // ---- through the C API of libtutti.so, one process per plugin --------------

@@ -14,12 +14,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nccl.h"
@@ -553,6 +558,265 @@ TEST_F(XpuEmu, FinalizeDrainsPendingWork) {
   for (int i = 0; i < 4; ++i) ASSERT_EQ(t_->memcpyAsync(ctx_, y, x, kBig, q), ncclSuccess);
   ASSERT_EQ(t_->memcpyAsync(ctx_, z, x, kBig, nullptr), ncclSuccess);  // default queue
   EXPECT_EQ(t_->finalize(ctx_), ncclSuccess);                          // joins, unmaps
+  ctx_ = nullptr;
+}
+
+// ---- setDevice and host events -----------------------------------------------------------
+
+TEST_F(XpuEmu, SetDeviceIsPerThread) {
+  int32_t cur = -1;
+  ASSERT_EQ(t_->currentDevice(ctx_, &cur), ncclSuccess);
+  EXPECT_EQ(cur, 0);  // XPU_EMU_DEVICE unset
+  ASSERT_EQ(t_->setDevice(ctx_, 1), ncclSuccess) << err();
+  ASSERT_EQ(t_->currentDevice(ctx_, &cur), ncclSuccess);
+  EXPECT_EQ(cur, 1);
+  // Another thread keeps its own current device.
+  int32_t other = -1;
+  std::thread([&] { t_->currentDevice(ctx_, &other); }).join();
+  EXPECT_EQ(other, 0);
+  // The NULL queue is now device 1's default queue: copies through it work.
+  void* d = devAlloc(64, 1);
+  const char hello[] = "device one";
+  char back[sizeof hello] = {};
+  toDev(d, hello, sizeof hello);
+  toHost(back, d, sizeof hello);
+  EXPECT_STREQ(back, hello);
+  devFree(d);
+  // Out of range: an error with the reason, the current device unchanged.
+  for (int32_t bad : {2, -1}) {
+    EXPECT_EQ(t_->setDevice(ctx_, bad), ncclInvalidArgument);
+    EXPECT_NE(err().find("setDevice: device " + std::to_string(bad) + " does not exist"),
+              std::string::npos)
+        << err();
+  }
+  ASSERT_EQ(t_->currentDevice(ctx_, &cur), ncclSuccess);
+  EXPECT_EQ(cur, 1);
+  // A second context of the same thread starts from XPU_EMU_DEVICE again.
+  void* ctx2 = nullptr;
+  ASSERT_EQ(t_->init(&kHost, &ctx2), ncclSuccess);
+  ASSERT_EQ(t_->currentDevice(ctx2, &cur), ncclSuccess);
+  EXPECT_EQ(cur, 0);
+  EXPECT_EQ(t_->finalize(ctx2), ncclSuccess);
+}
+
+// Fails the test and ends the process if it is still alive after `limit`:
+// for calls that must not hang (a hang would otherwise only show as ctest's
+// timeout).
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds limit, const char* what)
+      : thread_([this, limit, what] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
+            fprintf(stderr, "FAILED: %s did not return within %lld ms\n", what,
+                    static_cast<long long>(limit.count()));
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+using Clock = std::chrono::steady_clock;
+long long msSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+// Device memory holding `pattern`, and zeroed pinned memory to copy it into.
+struct HeldCopy {
+  std::vector<unsigned char> pattern = std::vector<unsigned char>(1 << 16);
+  void* dev = nullptr;
+  unsigned char* pinned = nullptr;
+  bool landed() const { return std::memcmp(pinned, pattern.data(), pattern.size()) == 0; }
+  bool untouched() const {
+    for (size_t i = 0; i < pattern.size(); ++i)
+      if (pinned[i] != 0) return false;
+    return true;
+  }
+};
+
+TEST_F(XpuEmu, HostEventHoldsOnlyItsQueue) {
+  HeldCopy h;
+  for (size_t i = 0; i < h.pattern.size(); ++i) h.pattern[i] = static_cast<unsigned char>(i + 1);
+  h.dev = devAlloc(h.pattern.size());
+  toDev(h.dev, h.pattern.data(), h.pattern.size());
+  void* pinned = nullptr;
+  ASSERT_EQ(t_->hostAlloc(ctx_, h.pattern.size(), &pinned), ncclSuccess);
+  h.pinned = static_cast<unsigned char*>(pinned);
+  std::memset(h.pinned, 0, h.pattern.size());
+  tuttiPluginQueue_t q = nullptr, q2 = nullptr;
+  ASSERT_EQ(t_->queueCreate(ctx_, 0, &q), ncclSuccess);
+  ASSERT_EQ(t_->queueCreate(ctx_, 0, &q2), ncclSuccess);
+  tuttiPluginEvent_t he = nullptr, plain = nullptr;
+  ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &he), ncclSuccess) << err();
+  ASSERT_EQ(t_->eventCreate(ctx_, 0, &plain), ncclSuccess);
+  int32_t done = -1;
+  ASSERT_EQ(t_->eventQuery(ctx_, he, &done), ncclSuccess);
+  EXPECT_EQ(done, 0);  // unsignalled from the start
+  EXPECT_EQ(t_->eventRecord(ctx_, he, q), ncclInvalidArgument);
+  EXPECT_NE(err().find("host event"), std::string::npos) << err();
+  EXPECT_EQ(t_->hostEventSignal(ctx_, plain), ncclInvalidArgument);
+  tuttiPluginEvent_t bad = nullptr;
+  EXPECT_EQ(t_->hostEventCreate(ctx_, 2, &bad), ncclInvalidArgument);
+
+  {
+    Watchdog wd(std::chrono::seconds(10), "eventWait on an unsignalled host event");
+    const auto t0 = Clock::now();
+    ASSERT_EQ(t_->eventWait(ctx_, q, he), ncclSuccess) << err();
+    EXPECT_LT(msSince(t0), 50) << "eventWait must return at once; the queue waits, not the host";
+  }
+  ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), q), ncclSuccess);
+  // Other queues run meanwhile: only q is held.
+  std::vector<unsigned char> other(h.pattern.size());
+  {
+    Watchdog wd(std::chrono::seconds(10), "a queue that does not wait");
+    toHost(other.data(), h.dev, other.size(), q2);
+    toHost(other.data(), h.dev, other.size(), nullptr);
+  }
+  EXPECT_EQ(other, h.pattern);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(h.untouched()) << "the copy behind the wait ran before the signal";
+  ASSERT_EQ(t_->eventQuery(ctx_, he, &done), ncclSuccess);
+  EXPECT_EQ(done, 0);
+
+  // Signalled from another thread while this one waits for the queue.
+  const auto t0 = Clock::now();
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(t_->hostEventSignal(ctx_, he), ncclSuccess);
+  });
+  {
+    Watchdog wd(std::chrono::seconds(10), "queueSynchronize after hostEventSignal");
+    ASSERT_EQ(t_->queueSynchronize(ctx_, q), ncclSuccess);
+  }
+  EXPECT_GE(msSince(t0), 45) << "queueSynchronize returned before the signal";
+  signaller.join();
+  EXPECT_TRUE(h.landed());
+  ASSERT_EQ(t_->eventQuery(ctx_, he, &done), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(t_->eventSynchronize(ctx_, he), ncclSuccess);
+  EXPECT_EQ(t_->hostEventSignal(ctx_, he), ncclSuccess);  // idempotent
+  // Once signalled, a wait holds nothing.
+  std::memset(h.pinned, 0, h.pattern.size());
+  ASSERT_EQ(t_->eventWait(ctx_, q, he), ncclSuccess);
+  toHost(h.pinned, h.dev, h.pattern.size(), q);
+  EXPECT_TRUE(h.landed());
+
+  EXPECT_EQ(t_->eventDestroy(ctx_, he), ncclSuccess);
+  EXPECT_EQ(t_->hostEventSignal(ctx_, he), ncclInvalidArgument);  // destroyed
+  EXPECT_EQ(t_->eventDestroy(ctx_, plain), ncclSuccess);
+  EXPECT_EQ(t_->queueDestroy(ctx_, q), ncclSuccess);
+  EXPECT_EQ(t_->queueDestroy(ctx_, q2), ncclSuccess);
+  EXPECT_EQ(t_->hostFree(ctx_, pinned), ncclSuccess);
+  devFree(h.dev);
+}
+
+// eventSynchronize on a host event waits for the signal.
+TEST_F(XpuEmu, HostEventSynchronizeWaitsForTheSignal) {
+  tuttiPluginEvent_t he = nullptr;
+  ASSERT_EQ(t_->hostEventCreate(ctx_, 1, &he), ncclSuccess);
+  const auto t0 = Clock::now();
+  std::thread signaller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    t_->hostEventSignal(ctx_, he);
+  });
+  {
+    Watchdog wd(std::chrono::seconds(10), "eventSynchronize on a host event");
+    EXPECT_EQ(t_->eventSynchronize(ctx_, he), ncclSuccess);
+  }
+  EXPECT_GE(msSince(t0), 45);
+  signaller.join();
+  EXPECT_EQ(t_->eventDestroy(ctx_, he), ncclSuccess);
+}
+
+// Destroying a host event a queue waits on releases the queue: its later work runs.
+TEST_F(XpuEmu, DestroyingAWaitedHostEventReleasesTheQueue) {
+  HeldCopy h;
+  std::fill(h.pattern.begin(), h.pattern.end(), 0x77);
+  h.dev = devAlloc(h.pattern.size());
+  toDev(h.dev, h.pattern.data(), h.pattern.size());
+  void* pinned = nullptr;
+  ASSERT_EQ(t_->hostAlloc(ctx_, h.pattern.size(), &pinned), ncclSuccess);
+  h.pinned = static_cast<unsigned char*>(pinned);
+  std::memset(h.pinned, 0, h.pattern.size());
+  tuttiPluginQueue_t q = nullptr;
+  ASSERT_EQ(t_->queueCreate(ctx_, 0, &q), ncclSuccess);
+  tuttiPluginEvent_t he = nullptr;
+  ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &he), ncclSuccess);
+  ASSERT_EQ(t_->eventWait(ctx_, q, he), ncclSuccess);
+  ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), q), ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(h.untouched());
+  ASSERT_EQ(t_->eventDestroy(ctx_, he), ncclSuccess);
+  {
+    Watchdog wd(std::chrono::seconds(10), "queueSynchronize after destroying the host event");
+    ASSERT_EQ(t_->queueSynchronize(ctx_, q), ncclSuccess);
+  }
+  EXPECT_TRUE(h.landed());
+  EXPECT_EQ(t_->queueDestroy(ctx_, q), ncclSuccess);
+  EXPECT_EQ(t_->hostFree(ctx_, pinned), ncclSuccess);
+  devFree(h.dev);
+}
+
+// queueDestroy does not wait (a destroyed queue's work runs once its host
+// event is signalled); finalize with queues, the NULL queue included, held by
+// a host event nobody signals returns (it signals the event).
+TEST_F(XpuEmu, QueueDestroyAndFinalizeWithAnUnsignalledWaitDoNotHang) {
+  HeldCopy h;
+  std::fill(h.pattern.begin(), h.pattern.end(), 0x3c);
+  h.dev = devAlloc(h.pattern.size());
+  toDev(h.dev, h.pattern.data(), h.pattern.size());
+  void* pinned = nullptr;
+  ASSERT_EQ(t_->hostAlloc(ctx_, h.pattern.size(), &pinned), ncclSuccess);
+  h.pinned = static_cast<unsigned char*>(pinned);
+  std::memset(h.pinned, 0, h.pattern.size());
+  tuttiPluginQueue_t q = nullptr;
+  ASSERT_EQ(t_->queueCreate(ctx_, 0, &q), ncclSuccess);
+  tuttiPluginEvent_t he = nullptr, never = nullptr;
+  ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &he), ncclSuccess);
+  ASSERT_EQ(t_->eventWait(ctx_, q, he), ncclSuccess);
+  ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), q), ncclSuccess);
+  {
+    Watchdog wd(std::chrono::seconds(10), "queueDestroy of a queue held by a host event");
+    const auto t0 = Clock::now();
+    ASSERT_EQ(t_->queueDestroy(ctx_, q), ncclSuccess);
+    EXPECT_LT(msSince(t0), 50);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(h.untouched()) << "queueDestroy released the wait";
+  ASSERT_EQ(t_->hostEventSignal(ctx_, he), ncclSuccess);
+  const auto t0 = Clock::now();
+  while (!h.landed() && msSince(t0) < 10000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(h.landed()) << "the destroyed queue's work did not run after the signal";
+  EXPECT_EQ(t_->eventDestroy(ctx_, he), ncclSuccess);
+
+  // Held by `never` at finalize: a created queue, a destroyed one, the NULL queue.
+  tuttiPluginQueue_t q2 = nullptr, q3 = nullptr;
+  ASSERT_EQ(t_->queueCreate(ctx_, 1, &q2), ncclSuccess);
+  ASSERT_EQ(t_->queueCreate(ctx_, 0, &q3), ncclSuccess);
+  ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &never), ncclSuccess);
+  for (tuttiPluginQueue_t held : {q2, q3, static_cast<tuttiPluginQueue_t>(nullptr)}) {
+    ASSERT_EQ(t_->eventWait(ctx_, held, never), ncclSuccess);
+    ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), held), ncclSuccess);
+  }
+  ASSERT_EQ(t_->queueDestroy(ctx_, q3), ncclSuccess);
+  {
+    Watchdog wd(std::chrono::seconds(10), "finalize with queues held by a host event");
+    EXPECT_EQ(t_->finalize(ctx_), ncclSuccess);
+  }
   ctx_ = nullptr;
 }
 

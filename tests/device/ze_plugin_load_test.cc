@@ -81,6 +81,9 @@ TEST(ZePluginLoad, TableFields) {
       reinterpret_cast<const void*>(t->pack1bit),
       reinterpret_cast<const void*>(t->unpack1bit),
       reinterpret_cast<const void*>(t->gemm),
+      reinterpret_cast<const void*>(t->setDevice),
+      reinterpret_cast<const void*>(t->hostEventCreate),
+      reinterpret_cast<const void*>(t->hostEventSignal),
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
     EXPECT_NE(required[i], nullptr) << "field " << i;
@@ -124,6 +127,10 @@ TEST(ZePluginLoad, NullContextIsAnErrorNotACrash) {
   EXPECT_NE(t->memAlloc(nullptr, 0, 64, &ptr), ncclSuccess);
   EXPECT_NE(t->memcpyAsync(nullptr, &x, &n, 4, nullptr), ncclSuccess);
   EXPECT_NE(t->unpack1bit(nullptr, nullptr, nullptr, 4, 0, nullptr), ncclSuccess);
+  EXPECT_NE(t->setDevice(nullptr, 0), ncclSuccess);
+  tuttiPluginEvent_t e = nullptr;
+  EXPECT_NE(t->hostEventCreate(nullptr, 0, &e), ncclSuccess);
+  EXPECT_NE(t->hostEventSignal(nullptr, nullptr), ncclSuccess);
   EXPECT_STRNE(t->lastError(nullptr), "");
   EXPECT_EQ(t->finalize(nullptr), ncclSuccess);
 }
