@@ -25,7 +25,7 @@ using tutti::capi::rawEnum;
 using tutti::capi::typeName;
 
 using tutti::capi::runInit;
-using tutti::capi::runInitCaught;
+using tutti::capi::startInit;
 
 namespace {
 
@@ -127,14 +127,13 @@ ncclResult_t groupEndImpl() {
   } else if (g.inits.size() > 1) {
     std::vector<std::thread> threads;
     for (ncclComm* c : g.inits) {
-      try {
-        threads.emplace_back(runInitCaught, c);
-      } catch (const std::system_error& e) {
-        fail(ncclSystemError,
-             fmt::format("ncclGroupEnd: cannot start the init thread of rank {}: {}", c->rank,
-                         e.what()),
+      auto t = startInit(c);
+      if (t) {
+        threads.push_back(std::move(t.value()));
+      } else {
+        fail(static_cast<ncclResult_t>(t.status().code()), "ncclGroupEnd: " + t.status().message(),
              c);
-        c->initState.store(ncclSystemError);
+        c->initState.store(static_cast<int>(t.status().code()));
       }
     }
     for (auto& t : threads) t.join();

@@ -13,6 +13,7 @@
 #include "core/backend.h"
 #include "core/bootstrap.h"
 
+using tutti::Result;
 using tutti::Status;
 using tutti::algo::Collective;
 namespace core = tutti::core;
@@ -44,15 +45,19 @@ void runInit(ncclComm* c) {
   c->initState.store(ncclSuccess);
 }
 
-// runInit on a thread of its own: nothing it throws escapes (an error of the
-// communicator instead).
-void runInitCaught(ncclComm* c) {
-  try {
-    runInit(c);
-  } catch (const std::exception& e) {
-    fail(ncclInternalError, fmt::format("ncclCommInitRank: rank {}: {}", c->rank, e.what()), c);
-    c->initState.store(ncclInternalError);
-  }
+Result<std::thread> startInit(ncclComm* c) {
+  return core::startThread(
+      "init", fmt::format("init thread of rank {}", c->rank),
+      [c] {
+        runInit(c);
+        return Status::ok();
+      },
+      [c](Status st) {
+        // What runInit threw (it records its own errors otherwise).
+        if (st) return;
+        fail(static_cast<ncclResult_t>(st.code()), "ncclCommInitRank: " + st.message(), c);
+        c->initState.store(static_cast<int>(st.code()));
+      });
 }
 
 // `device`: the device the communicator is bound to; -1: the calling thread's
@@ -109,13 +114,13 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
     return ncclSuccess;
   }
   if (!cfg.blocking) {
-    try {
-      c->initThread = std::thread(runInitCaught, c);
-    } catch (const std::system_error& e) {
-      c->initState.store(ncclSystemError);
-      return fail(ncclSystemError,
-                  fmt::format("{}: cannot start the init thread: {}", fn, e.what()), c);
+    auto t = startInit(c);
+    if (!t) {
+      c->initState.store(static_cast<int>(t.status().code()));
+      return fail(static_cast<ncclResult_t>(t.status().code()),
+                  std::string(fn) + ": " + t.status().message(), c);
     }
+    c->initThread = std::move(t.value());
     return ncclInProgress;
   }
   runInit(c);

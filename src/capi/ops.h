@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstring>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "base/status.h"
 #include "core/op.h"
 #include "nccl.h"
 
@@ -55,9 +57,10 @@ inline bool inGroup() { return threadGroup().depth > 0; }
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
                       const ncclConfig_t* config, int device = -1);
 // Creates the handle's communicator and records the result in initState;
-// runInitCaught also turns an exception into that result (for threads).
+// startInit does it on a thread (core::startThread: what it throws is that
+// result too), or returns why the thread cannot start.
 void runInit(ncclComm* c);
-void runInitCaught(ncclComm* c);
+Result<std::thread> startInit(ncclComm* c);
 // Unregisters and frees a handle; abort: ends an operation in flight first.
 void destroyComm(ncclComm* c, bool abort);
 

@@ -103,7 +103,9 @@ Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 // and nothing runs. The thread is named "tutti-<site>" (ps, gdb,
 // /proc/<pid>/task/*/comm; site: at most 9 characters). Every thread src/core
 // starts goes through it: site "root" (a unique id's root), "service" (a
-// rank's bootstrap service), "connect" (the executor's connect threads).
+// rank's bootstrap service), "connect" (the executor's connect threads),
+// "engine" (a communicator's engine, core/engine.h), "ipc" (device IPC beside
+// other work in a group, core/group.cc); src/capi's init threads too ("init").
 //
 // Tests: setThreadFaultForTesting("<site>") makes the body of every later
 // thread of that site throw a std::runtime_error before it runs;

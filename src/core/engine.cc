@@ -1,10 +1,10 @@
 #include "core/engine.h"
 
 #include <new>
-#include <system_error>
 
 #include "base/backoff.h"
 #include "base/log.h"
+#include "core/bootstrap.h"
 #include "core/comm.h"
 
 namespace tutti::core {
@@ -40,19 +40,45 @@ Status Engine::submit(const std::vector<Queue>& streams, Job job) {
     if (Status st = be_.eventWait(s, release.value()); !st) return undo(st);
   }
   std::unique_lock<std::mutex> lk(mu_);
+  if (!dead_.isOk()) {
+    lk.unlock();
+    return undo(dead_);
+  }
   if (!thread_.joinable()) {
-    try {
-      thread_ = std::thread([this] { run(); });
-    } catch (const std::system_error& e) {
+    auto started = startThread(
+        "engine", "communicator engine thread",
+        [this] {
+          run();
+          return Status::ok();
+        },
+        [this](Status st) {
+          if (!st) abandon(st);
+        });
+    if (!started) {
       lk.unlock();
-      return undo(
-          systemError(std::string("cannot start the communicator's engine thread: ") + e.what()));
+      return undo(started.status());
     }
+    thread_ = std::move(started.value());
   }
   tasks_.push_back(std::move(t));
   ++submitted_;
   wake_.notify_one();
   return Status::ok();
+}
+
+void Engine::abandon(const Status& why) {
+  comm_->setError(why);
+  std::deque<Task> left;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    dead_ = why;
+    left.swap(tasks_);
+  }
+  for (Task& t : left) finish(t);  // their streams are released
+  std::lock_guard<std::mutex> lk(mu_);
+  finished_ = submitted_;
+  busy_ = false;
+  done_.notify_all();
 }
 
 void Engine::drain() {

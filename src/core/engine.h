@@ -66,6 +66,9 @@ class Engine {
   Status waitReady(const Task& t);
   // Signals and destroys t's events.
   void finish(Task& t);
+  // The thread ended on an exception: the communicator is broken, what is
+  // queued is released, later submits fail.
+  void abandon(const Status& why);
 
   Comm* comm_;
   Backend& be_;
@@ -73,6 +76,7 @@ class Engine {
   std::condition_variable wake_, done_;
   std::deque<Task> tasks_;
   bool busy_ = false, stopping_ = false;
+  Status dead_;  // why the thread ended early (ok while it runs)
   uint64_t submitted_ = 0, finished_ = 0;
   std::thread thread_;
   Queue queue_ = nullptr;  // the engine's own (created by the thread's first job)

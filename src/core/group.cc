@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <system_error>
 #include <thread>
 
 #include "algo/cost_model.h"
@@ -12,6 +11,7 @@
 #include "base/log.h"
 #include "base/types.h"
 #include "compress/wire.h"
+#include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/device_ipc.h"
 #include "core/engine.h"
@@ -503,18 +503,15 @@ RunResult runGroup(std::vector<Op>& all) {
     ipcStatus[0] = runIpcOps(*ipcWork[0].first, ipcWork[0].second);
   } else {
     for (size_t i = 0; i < ipcWork.size(); ++i) {
-      auto body = [&, i] {
-        try {
-          ipcStatus[i] = runIpcOps(*ipcWork[i].first, ipcWork[i].second);
-        } catch (const std::exception& e) {
-          ipcStatus[i] = internalError(std::string("device IPC: ") + e.what());
-        }
-      };
-      try {
-        ipcThreads.emplace_back(body);
-      } catch (const std::system_error& e) {
-        // The peers of this communicator then wait until their timeout.
-        ipcStatus[i] = systemError(std::string("device IPC: cannot start a thread: ") + e.what());
+      auto t = startThread(
+          "ipc", "device IPC thread",
+          [&, i] { return runIpcOps(*ipcWork[i].first, ipcWork[i].second); },
+          [&, i](Status st) { ipcStatus[i] = std::move(st); });
+      if (t) {
+        ipcThreads.push_back(std::move(t.value()));
+      } else {
+        // The peers of this communicator wait until their timeout.
+        ipcStatus[i] = t.status();
         ipcWork[i].first->setError(ipcStatus[i]);
       }
     }
