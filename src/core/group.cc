@@ -28,7 +28,10 @@ namespace {
 const char* typeName(int t) { return dataTypeName(static_cast<DataType>(t)); }
 size_t elemSize(int dt) { return dataTypeSize(static_cast<DataType>(dt)); }
 
-algo::ReduceSpec makeSpec(Comm& comm, int dt, int op) {
+// `q`: the operation's queue, where a scalar in device memory is read (on the
+// engine its own: a sync on the default queue could wait for the caller's
+// stream, which the engine holds).
+algo::ReduceSpec makeSpec(Comm& comm, int dt, int op, Queue q) {
   algo::ReduceSpec s;
   s.dt = static_cast<DataType>(dt);
   if (op == ncclAvg) {
@@ -49,7 +52,8 @@ algo::ReduceSpec makeSpec(Comm& comm, int dt, int op) {
     } else if (comm.backend().isDevice(u.ptr)) {
       // A scalar in device memory: read through the backend at each use.
       uint64_t raw = 0;
-      Status st = comm.backend().copy(&raw, u.ptr, dataTypeSize(s.dt));
+      Status st = comm.backend().copyAsync(&raw, u.ptr, dataTypeSize(s.dt), q);
+      if (st) st = comm.backend().sync(q);
       if (!st) TUTTI_WARN("reading the PreMulSum scalar: {} (using 0)", st.message());
       s.scalar = cpu::scalarValue(&raw, u.dt);
     } else {
@@ -62,7 +66,8 @@ algo::ReduceSpec makeSpec(Comm& comm, int dt, int op) {
 // How an operation's values combine: the reduction for reducing
 // collectives, plain data movement otherwise; always with its datatype.
 algo::ReduceSpec specOf(const Op& o) {
-  algo::ReduceSpec s = isReducing(o.coll) ? makeSpec(*o.comm, o.dt, o.op) : algo::ReduceSpec{};
+  algo::ReduceSpec s =
+      isReducing(o.coll) ? makeSpec(*o.comm, o.dt, o.op, o.stream) : algo::ReduceSpec{};
   s.dt = static_cast<DataType>(o.dt);
   return s;
 }
