@@ -273,3 +273,103 @@ TEST(AsyncEngine, AbortEndsAQueuedOperation) {
 
 }  // namespace
 }  // namespace tutti::test
+
+namespace tutti::test {
+namespace {
+
+// Two communicators of one process, made together (ranks 0 and 1).
+std::vector<ncclComm_t> makePair() {
+  ncclUniqueId id;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  std::vector<std::thread> init;
+  for (int r = 0; r < 2; ++r)
+    init.emplace_back([&, r] { EXPECT_EQ(ncclCommInitRank(&comms[r], 2, id, r), ncclSuccess); });
+  for (auto& t : init) t.join();
+  return comms;
+}
+
+// Destroy with operations still queued: they finish first, results exact.
+TEST(AsyncEngine, DestroyWaitsForQueuedOperations) {
+  requireEngineBackend();
+  constexpr int kOps = 20;
+  constexpr size_t kN = 1 << 16;
+  std::vector<std::vector<float>> got(2);
+  std::vector<std::thread> ranks;
+  auto comms = makePair();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      Rank d;
+      float* buf = d.alloc(kN);
+      d.put(buf, data(r, kN));
+      for (int i = 0; i < kOps; ++i)  // in place: doubles after the first sum
+        ASSERT_EQ(ncclAllReduce(buf, buf, kN, ncclFloat32, ncclSum, comms[r], d.stream()),
+                  ncclSuccess);
+      EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+      got[r] = d.get(buf, kN);
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < kN; ++i)
+      ASSERT_EQ(got[r][i], (value(0, i) + value(1, i)) * static_cast<float>(1 << (kOps - 1)))
+          << "rank " << r << " element " << i;
+}
+
+// An operation that fails on the engine after its call returned: the peer
+// aborts instead of calling. The error reaches ncclCommGetAsyncError and the
+// next call, and the stream is released.
+TEST(AsyncEngine, ErrorAfterReturnIsTheAsyncError) {
+  requireEngineBackend();
+  auto comms = makePair();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  Rank d;
+  float* buf = d.alloc(kCount);
+  d.put(buf, data(0, kCount));
+  ASSERT_EQ(ncclAllReduce(buf, buf, kCount, ncclFloat32, ncclSum, comms[0], d.stream()),
+            ncclSuccess);
+  ncclResult_t async = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);  // still waiting for the peer
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  const auto t0 = Clock::now();
+  while (async == ncclSuccess && msSince(t0) < 30000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(ncclCommGetAsyncError(comms[0], &async), ncclSuccess);
+  }
+  EXPECT_NE(async, ncclSuccess) << "no async error " << msSince(t0) << " ms after the peer left";
+  EXPECT_TRUE(d.be->sync(d.q).isOk());  // released
+  EXPECT_NE(ncclAllReduce(buf, buf, kCount, ncclFloat32, ncclSum, comms[0], d.stream()),
+            ncclSuccess);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("error state"), std::string::npos)
+      << ncclGetLastError(comms[0]);
+  EXPECT_EQ(ncclCommDestroy(comms[0]), ncclSuccess);
+}
+
+// Abort racing with completion: both ranks queue work and abort at once, in
+// a loop; every call returns, nothing hangs or crashes, streams are released.
+TEST(AsyncEngine, AbortRacingWithCompletion) {
+  requireEngineBackend();
+  for (int round = 0; round < 10; ++round) {
+    auto comms = makePair();
+    ASSERT_TRUE(comms[0] && comms[1]);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        Rank d;
+        float* buf = d.alloc(4096);
+        d.put(buf, data(r, 4096));
+        for (int i = 0; i < 3; ++i)
+          (void)ncclAllReduce(buf, buf, 4096, ncclFloat32, ncclSum, comms[r], d.stream());
+        if (round % 2) std::this_thread::sleep_for(std::chrono::microseconds(200 * round));
+        const auto t0 = Clock::now();
+        EXPECT_EQ(ncclCommAbort(comms[r]), ncclSuccess);
+        EXPECT_LT(msSince(t0), 2000.0) << "round " << round;
+        EXPECT_TRUE(d.be->sync(d.q).isOk());
+      });
+    for (auto& t : ranks) t.join();
+  }
+}
+
+}  // namespace
+}  // namespace tutti::test
