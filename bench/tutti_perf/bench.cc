@@ -871,7 +871,7 @@ void Runner::printDevices() {
     int32_t rank;
     int32_t pid;
     int32_t local_rank;
-    int32_t reserved;
+    int32_t device;  // ncclCommCuDevice: the device the communicator is bound to
     char host[80];
     char backend[32];  // --mem device: tuttiBackendName(); else empty
   };
@@ -881,6 +881,7 @@ void Runner::printDevices() {
   me.rank = ctx_.rank;
   me.pid = static_cast<int32_t>(getpid());
   me.local_rank = ctx_.local_rank;
+  if (ncclCommCuDevice(ctx_.comm, &me.device) != ncclSuccess) me.device = -1;
   gethostname(me.host, sizeof(me.host) - 1);
   if (device_) std::snprintf(me.backend, sizeof(me.backend), "%s", backend_);
   if (ctx_.nranks > 1) {
@@ -896,10 +897,10 @@ void Runner::printDevices() {
   for (const RankInfo& r : all) {
     if (r.backend[0] != '\0') {
       std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s device memory\n",
-                  r.rank, 0, r.pid, r.host, r.local_rank, r.backend, r.backend);
+                  r.rank, 0, r.pid, r.host, r.device, r.backend, r.backend);
     } else {
       std::printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] host memory\n", r.rank,
-                  0, r.pid, r.host, r.local_rank);
+                  0, r.pid, r.host, r.device);
     }
 #ifdef TUTTI_PERF_HAVE_JSON
     if (json_fp_ != nullptr) {
@@ -909,7 +910,7 @@ void Runner::printDevices() {
            {"group", 0},
            {"pid", r.pid},
            {"hostname", r.host},
-           {"device", r.local_rank},
+           {"device", r.device},
            {"device_hex", dev ? r.backend : "host"},
            {"device_info", dev ? std::string(r.backend) + " device memory" : "host memory"}});
     }

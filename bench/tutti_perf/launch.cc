@@ -1,5 +1,6 @@
 #include "launch.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -73,8 +74,28 @@ void armTimeout(const Options& opts, int rank) {
   alarm(static_cast<unsigned>(opts.timeout_s));
 }
 
+// --mem device: the rank's device is local rank % device count, set before
+// the communicator is made (it is bound to the current device), as nccl-tests
+// calls cudaSetDevice. tutti's calls are looked up at run time: another NCCL
+// library has none, and --mem device then fails later with the reason.
+void setRankDevice(const Options& opts, int rank, int local_rank) {
+  if (opts.mem != Mem::kDevice) return;
+  using CountFn = ncclResult_t (*)(int*);
+  using SetFn = ncclResult_t (*)(int);
+  auto count = reinterpret_cast<CountFn>(dlsym(RTLD_DEFAULT, "tuttiGetDeviceCount"));
+  auto set = reinterpret_cast<SetFn>(dlsym(RTLD_DEFAULT, "tuttiSetDevice"));
+  int n = 0;
+  if (!count || !set || count(&n) != ncclSuccess || n < 1) return;
+  if (set(local_rank % n) != ncclSuccess) {
+    const char* last = ncclGetLastError(nullptr);
+    std::fprintf(stderr, "tutti-perf: rank %d: tuttiSetDevice(%d): %s\n", rank, local_rank % n,
+                 last ? last : "failed");
+  }
+}
+
 int runRank(const Options& opts, int rank, int size, int local_rank, const ncclUniqueId& id) {
   if (rank == 0) printPreamble(opts, size);
+  setRankDevice(opts, rank, local_rank);
   const long long rss_before_init = residentBytes();
   ncclComm_t comm = nullptr;
   ncclResult_t res = ncclCommInitRank(&comm, size, id, rank);

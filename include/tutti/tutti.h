@@ -60,6 +60,16 @@ const char* tuttiLibraryPath(void);
  * Static storage. */
 const char* tuttiBackendName(void);
 
+/* Devices of the process backend: how many (1 on the CPU backend), and the
+ * calling thread's current one. The current device is what ncclMemAlloc
+ * allocates on and what a communicator created afterwards on this thread is
+ * bound to (ncclCommCuDevice), as cudaSetDevice is for NCCL programs; the one
+ * rule tutti's launchers follow is device = local rank % device count
+ * (docs/backends.md). tuttiSetDevice returns ncclInvalidArgument for a device
+ * the backend does not have. */
+ncclResult_t tuttiGetDeviceCount(int* count);
+ncclResult_t tuttiSetDevice(int device);
+
 /* Copies `bytes` from src to dst, each host memory or memory of the process
  * backend (device or pinned), and returns when the copy has completed. It is
  * ordered after earlier work on the backend's default queue. Overlapping

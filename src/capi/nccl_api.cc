@@ -140,6 +140,33 @@ TUTTI_API ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes) {
   });
 }
 
+TUTTI_API ncclResult_t tuttiGetDeviceCount(int* count) {
+  return guard("tuttiGetDeviceCount", [&] {
+    if (!count) return fail(ncclInvalidArgument, "tuttiGetDeviceCount: count is NULL");
+    auto backend = core::processBackend();
+    if (!backend) return fromStatus(backend.status().withContext("tuttiGetDeviceCount"), nullptr);
+    auto n = backend.value()->deviceCount();
+    if (!n) return fromStatus(n.status().withContext("tuttiGetDeviceCount"), nullptr);
+    *count = n.value();
+    return ncclSuccess;
+  });
+}
+
+TUTTI_API ncclResult_t tuttiSetDevice(int device) {
+  return guard("tuttiSetDevice", [&] {
+    auto backend = core::processBackend();
+    if (!backend) return fromStatus(backend.status().withContext("tuttiSetDevice"), nullptr);
+    auto n = backend.value()->deviceCount();
+    if (!n) return fromStatus(n.status().withContext("tuttiSetDevice"), nullptr);
+    if (device < 0 || device >= n.value())
+      return fail(ncclInvalidArgument,
+                  fmt::format("tuttiSetDevice: device {} does not exist (backend {} has {})",
+                              device, backend.value()->name(), n.value()));
+    Status st = backend.value()->setDevice(device);
+    return st ? ncclSuccess : fromStatus(st.withContext("tuttiSetDevice"), nullptr);
+  });
+}
+
 TUTTI_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return guard("ncclGetUniqueId", [&] {
     logVersionOnce();

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -369,6 +370,41 @@ TEST(AsyncEngine, AbortRacingWithCompletion) {
       });
     for (auto& t : ranks) t.join();
   }
+}
+
+}  // namespace
+}  // namespace tutti::test
+
+namespace tutti::test {
+namespace {
+
+// tuttiSetDevice binds what the thread creates next: a communicator
+// (ncclCommCuDevice) and ncclMemAlloc's memory; a device that does not exist
+// is an error with a message.
+TEST(Devices, SetDeviceBindsTheNextCommunicatorAndAllocation) {
+  requireEngineBackend();
+  int n = 0;
+  ASSERT_EQ(tuttiGetDeviceCount(&n), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_GE(n, 2) << "xpu_emu has 2 devices by default";
+  EXPECT_EQ(tuttiSetDevice(n), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("does not exist"), std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(tuttiGetDeviceCount(nullptr), ncclInvalidArgument);
+  std::thread([&] {
+    ASSERT_EQ(tuttiSetDevice(1), ncclSuccess) << ncclGetLastError(nullptr);
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+    int dev = -1;
+    EXPECT_EQ(ncclCommCuDevice(comm, &dev), ncclSuccess);
+    EXPECT_EQ(dev, 1);
+    void* p = nullptr;
+    ASSERT_EQ(ncclMemAlloc(&p, 4096), ncclSuccess);
+    EXPECT_EQ(core::processBackend().value()->query(p).device, 1);
+    EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  }).join();
 }
 
 }  // namespace

@@ -10,6 +10,9 @@
 #   PERF_MEM_EXPECT_IPC=1 (0) also requires that every rank's communicator
 #   runs its collectives device to device (that none does), from the
 #   "device IPC:" INFO line of the SHM log subsystem.
+#   PERF_MEM_EXPECT_DEVICES="0 1 0" also requires the device column of the
+#   header, rank by rank (the device each rank's communicator is bound to:
+#   local rank % the backend's device count).
 set -u
 
 backend=${1:?usage: perf_mem_device.sh <backend> <tutti-perf> <args...>}
@@ -43,6 +46,9 @@ else
   all=$(grep -c "^#  Rank " <<<"$out")
   if [[ $all -eq 0 || $ranks -ne $all ]]; then
     fail="$ranks of $all ranks report '[$backend] $backend device memory'"
+  elif [[ -n ${PERF_MEM_EXPECT_DEVICES:-} ]] &&
+       [[ $(grep "^#  Rank " <<<"$out" | sed -E 's/.* device +([0-9-]+) .*/\1/' | xargs) != "$PERF_MEM_EXPECT_DEVICES" ]]; then
+    fail="devices $(grep "^#  Rank " <<<"$out" | sed -E 's/.* device +([0-9-]+) .*/\1/' | xargs), expected $PERF_MEM_EXPECT_DEVICES"
   elif [[ -n $expect_ipc ]]; then
     ipc=$(grep -c "NCCL INFO device IPC: collectives" <<<"$out")
     if [[ $expect_ipc == 1 && $ipc -ne $all ]]; then
