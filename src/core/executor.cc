@@ -546,6 +546,9 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
 }
 
 Status Run::pass(bool* progress) {
+  // Every pass, not only when idle: an operation that keeps moving data would
+  // otherwise run to its end after ncclCommAbort (one relaxed load).
+  if (c_->aborted()) return invalidUsage("communicator aborted");
   while (smallNext_ < w_->small.size()) {
     OneShotOp& op = w_->small[smallNext_];
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->progress(op, progress));
