@@ -57,6 +57,13 @@ int threadCount(const char* name = nullptr) {
   return n;
 }
 
+// The thread count to come back to. A thread is started and joined first:
+// ThreadSanitizer starts a helper thread of its own with the first one.
+int baselineThreads() {
+  std::thread([] {}).join();
+  return threadCount();
+}
+
 // Polls `cond` every 20 ms for up to `seconds`.
 bool waitFor(const std::function<bool()>& cond, double seconds) {
   auto t0 = Clock::now();
@@ -118,7 +125,7 @@ bool contains(const std::string& s, const std::string& what) {
 // its port closed and its thread gone.
 TEST(RootLifetime, UnusedIdEndsAtInitTimeout) {
   Env env({{"NCCL_SOCKET_IFNAME", "lo"}, {"TUTTI_INIT_TIMEOUT", "1"}});
-  const int threads = threadCount(), roots = threadCount("tutti-root");
+  const int threads = baselineThreads(), roots = threadCount("tutti-root");
   ncclUniqueId id;
   auto t0 = Clock::now();
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
@@ -144,7 +151,7 @@ TEST(RootLifetime, UnusedIdEndsAtInitTimeout) {
 // threads.
 TEST(RootLifetime, RootEndsOnceTheCommunicatorIsCreated) {
   Env env({{"NCCL_SOCKET_IFNAME", "lo"}, {"TUTTI_INIT_TIMEOUT", "60"}});
-  const int threads = threadCount(), roots = threadCount("tutti-root");
+  const int threads = baselineThreads(), roots = threadCount("tutti-root");
   const int services = threadCount("tutti-service");
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
@@ -253,6 +260,24 @@ TEST(RootLifetime, RankLeavingBeforeEveryoneJoinedEndsTheRoot) {
   EXPECT_TRUE(contains(err, "rank 0 left before every rank had joined")) << err;
   EXPECT_TRUE(
       waitFor([&] { return !listening(data.port) && threadCount("tutti-root") == roots; }, 2));
+}
+
+// The process exits while a root waits for ranks (an id never used): the
+// exit is clean, with static destructors running beside the detached root
+// (under TSan or ASan a report would change the exit status).
+TEST(RootLifetime, ProcessExitsCleanlyWhileARootRuns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+        setenv("NCCL_DEBUG", "INFO", 1);
+        setenv("NCCL_DEBUG_SUBSYS", "BOOTSTRAP", 1);
+        ncclUniqueId id;
+        if (ncclGetUniqueId(&id) != ncclSuccess) std::exit(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "bootstrap root listening on 127.0.0.1:");
 }
 
 // ---- faults injected into tutti's threads -------------------------------------------------
