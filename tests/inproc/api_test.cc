@@ -115,6 +115,81 @@ TEST(Groups, ManyOperationsInOneGroup) {
   });
 }
 
+uint64_t messages(ncclComm_t comm) {
+  uint64_t n = 0;
+  for (uint64_t m : comm->impl->channelMessages()) n += m;
+  return n;
+}
+
+// A group of many small all-reduces is planned as one unit (core/group.cc,
+// fuseSmallAllReduces): values exact for every operation, several datatypes
+// and operators (each its own fused set) beside point-to-point operations, on
+// three ranks over TCP, one thread driving two communicators per rank pair; and
+// 64 all-reduces of 1 KiB put no more messages on the wire than one of 64 KiB.
+TEST(Groups, SmallAllReducesTravelAsOne) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  const int n = 3;
+  constexpr int kOps = 64;
+  constexpr size_t kCount = 256;  // 1 KiB of int32
+  std::vector<uint64_t> fusedMsgs(n), oneMsgs(n);
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    // A second communicator of the same ranks, driven in the same groups.
+    ncclComm_t other = nullptr;
+    ASSERT_EQ(ncclCommSplit(comm, 0, r, &other, nullptr), ncclSuccess) << ncclGetLastError(comm);
+    std::vector<std::vector<int32_t>> in(kOps, std::vector<int32_t>(kCount)), out = in;
+    std::vector<std::vector<float>> fin(8, std::vector<float>(kCount)), fout = fin;
+    std::vector<int32_t> sendBuf(kCount, r), recvBuf(kCount, -1);
+    for (int k = 0; k < kOps; ++k)
+      for (size_t i = 0; i < kCount; ++i) in[k][i] = static_cast<int32_t>(r * 7 + k * 1000 + i);
+    for (int k = 0; k < 8; ++k)
+      for (size_t i = 0; i < kCount; ++i) fin[k][i] = static_cast<float>(r + k + i % 13);
+    // Warm up the connections (their handshakes are not messages of a group).
+    int32_t one = 1, sum = 0;
+    ASSERT_EQ(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, other, nullptr), ncclSuccess);
+    const uint64_t before = messages(comm);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int k = 0; k < kOps; ++k)
+      ASSERT_EQ(ncclAllReduce(in[k].data(), k % 2 ? in[k].data() : out[k].data(), kCount, ncclInt32,
+                              ncclSum, comm, nullptr),
+                ncclSuccess);
+    for (int k = 0; k < 8; ++k)
+      ASSERT_EQ(ncclAllReduce(fin[k].data(), fout[k].data(), kCount, ncclFloat32, ncclMax, other,
+                              nullptr),
+                ncclSuccess);
+    ASSERT_EQ(ncclSend(sendBuf.data(), kCount, ncclInt32, (r + 1) % n, other, nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclRecv(recvBuf.data(), kCount, ncclInt32, (r + n - 1) % n, other, nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+    fusedMsgs[r] = messages(comm) - before;
+    for (int k = 0; k < kOps; ++k) {
+      const auto& got = k % 2 ? in[k] : out[k];
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], static_cast<int32_t>(7 * (0 + 1 + 2) + n * (k * 1000 + i)))
+            << "rank " << r << " op " << k << " element " << i;
+    }
+    for (int k = 0; k < 8; ++k)
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(fout[k][i], static_cast<float>(n - 1 + k + i % 13)) << "rank " << r;
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(recvBuf[i], (r + n - 1) % n);
+    // One all-reduce of the same total size, for comparison.
+    std::vector<int32_t> big(kOps * kCount, r), bigOut(kOps * kCount);
+    const uint64_t before2 = messages(comm);
+    ASSERT_EQ(
+        ncclAllReduce(big.data(), bigOut.data(), big.size(), ncclInt32, ncclSum, comm, nullptr),
+        ncclSuccess);
+    oneMsgs[r] = messages(comm) - before2;
+    EXPECT_EQ(bigOut[0], 0 + 1 + 2);
+    EXPECT_EQ(ncclCommDestroy(other), ncclSuccess);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_GT(fusedMsgs[r], 0u);
+    EXPECT_LE(fusedMsgs[r], oneMsgs[r]) << "rank " << r << ": 64 x 1 KiB took " << fusedMsgs[r]
+                                        << " messages, one 64 KiB all-reduce " << oneMsgs[r];
+  }
+}
+
 TEST(PointToPoint, AllPairsWithUnalignedBuffers) {
   const int n = 4;
   runRanks(n, [&](int r, ncclComm_t comm) {
