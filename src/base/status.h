@@ -3,7 +3,8 @@
 // Contract: every fallible internal function returns Status or Result<T>.
 // A Status carries a code (mapped 1:1 onto ncclResult_t at the C boundary)
 // and a human-readable message. Nothing inside tutti throws across a module
-// boundary; exceptions (std::bad_alloc, ...) are caught in src/capi.
+// boundary; exceptions (std::bad_alloc, ...) are caught in src/capi (guard())
+// and on every thread tutti starts (core::startThread).
 #pragma once
 
 #include <string>
