@@ -230,6 +230,7 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
       u.value = tutti::cpu::scalarValue(scalar, dt);
       memcpy(&u.raw, scalar, tutti::dataTypeSize(static_cast<tutti::DataType>(dt)));
     }
+    comm->impl->drainEngine();  // queued operations read the table
     auto& userOps = comm->impl->userOps();
     size_t idx = 0;
     while (idx < userOps.size() && userOps[idx].live) ++idx;
@@ -254,6 +255,7 @@ TUTTI_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
                   comm);
     if (comm->initState.load() != ncclSuccess)
       return fail(ncclInvalidUsage, "ncclRedOpDestroy: communicator is not initialised", comm);
+    comm->impl->drainEngine();  // queued operations read the table
     auto& userOps = comm->impl->userOps();
     size_t idx = static_cast<size_t>(v) - ncclNumOps;
     if (v < 0 || idx >= userOps.size() || !userOps[idx].live)

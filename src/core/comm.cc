@@ -315,6 +315,10 @@ Status Comm::usable() const {
 }
 
 Result<Comm::SplitPlan> Comm::split(int color, int key) {
+  // In call order with the operations still queued on the engine: one that a
+  // peer has started would otherwise wait for this rank's, held behind the
+  // split, while the peer's split waits for this one.
+  drainEngine();
   std::lock_guard<std::mutex> lk(mu_);
   struct Entry {
     int32_t color, key, rank, pad;

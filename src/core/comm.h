@@ -156,6 +156,7 @@ class Comm {
 
   // PreMulSum operators created on this communicator; op value
   // ncclNumOps + i is userOps()[i] (its `live` says whether it still exists).
+  // Operations queued on the engine read it: drainEngine() before changing it.
   std::vector<UserRedOp>& userOps() { return userOps_; }
   // ncclCommRegister's records: the handle is the record's address.
   void* registerRange(void* base, size_t bytes);
@@ -164,7 +165,7 @@ class Comm {
   // then, for this rank's color, its new rank (by key, ties by old rank), the
   // new size and the unique id the new communicator is created from (made by
   // its rank 0, sent to the others over the bootstrap). color < 0 (no color):
-  // takes part, nranks 0. Takes mutex().
+  // takes part, nranks 0. Drains the engine, then takes mutex().
   struct SplitPlan {
     int rank = -1, nranks = 0;
     uint8_t id[kUniqueIdBytes] = {};
