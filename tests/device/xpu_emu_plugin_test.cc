@@ -788,6 +788,11 @@ TEST_F(XpuEmu, QueueDestroyAndFinalizeWithAnUnsignalledWaitDoNotHang) {
   ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &he), ncclSuccess);
   ASSERT_EQ(t_->eventWait(ctx_, q, he), ncclSuccess);
   ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), q), ncclSuccess);
+  // Completes after the copy: polling it (not the copy's bytes, which the
+  // queue's thread is writing) says when the copy has landed.
+  tuttiPluginEvent_t copied = nullptr;
+  ASSERT_EQ(t_->eventCreate(ctx_, 0, &copied), ncclSuccess);
+  ASSERT_EQ(t_->eventRecord(ctx_, copied, q), ncclSuccess);
   {
     Watchdog wd(std::chrono::seconds(10), "queueDestroy of a queue held by a host event");
     const auto t0 = Clock::now();
@@ -798,9 +803,11 @@ TEST_F(XpuEmu, QueueDestroyAndFinalizeWithAnUnsignalledWaitDoNotHang) {
   EXPECT_TRUE(h.untouched()) << "queueDestroy released the wait";
   ASSERT_EQ(t_->hostEventSignal(ctx_, he), ncclSuccess);
   const auto t0 = Clock::now();
-  while (!h.landed() && msSince(t0) < 10000)
+  int32_t done = 0;
+  while (t_->eventQuery(ctx_, copied, &done) == ncclSuccess && !done && msSince(t0) < 10000)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(h.landed()) << "the destroyed queue's work did not run after the signal";
+  EXPECT_TRUE(done && h.landed()) << "the destroyed queue's work did not run after the signal";
+  EXPECT_EQ(t_->eventDestroy(ctx_, copied), ncclSuccess);
   EXPECT_EQ(t_->eventDestroy(ctx_, he), ncclSuccess);
 
   // Held by `never` at finalize: a created queue, a destroyed one, the NULL queue.
@@ -808,9 +815,12 @@ TEST_F(XpuEmu, QueueDestroyAndFinalizeWithAnUnsignalledWaitDoNotHang) {
   ASSERT_EQ(t_->queueCreate(ctx_, 1, &q2), ncclSuccess);
   ASSERT_EQ(t_->queueCreate(ctx_, 0, &q3), ncclSuccess);
   ASSERT_EQ(t_->hostEventCreate(ctx_, 0, &never), ncclSuccess);
+  // A destination per queue: the three copies run concurrently once released.
+  std::vector<std::vector<unsigned char>> dst(3, std::vector<unsigned char>(h.pattern.size()));
+  int k = 0;
   for (tuttiPluginQueue_t held : {q2, q3, static_cast<tuttiPluginQueue_t>(nullptr)}) {
     ASSERT_EQ(t_->eventWait(ctx_, held, never), ncclSuccess);
-    ASSERT_EQ(t_->memcpyAsync(ctx_, h.pinned, h.dev, h.pattern.size(), held), ncclSuccess);
+    ASSERT_EQ(t_->memcpyAsync(ctx_, dst[k++].data(), h.dev, h.pattern.size(), held), ncclSuccess);
   }
   ASSERT_EQ(t_->queueDestroy(ctx_, q3), ncclSuccess);
   {

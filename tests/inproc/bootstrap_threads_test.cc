@@ -38,31 +38,28 @@ double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Threads of this process, all or those named `name`.
+// Threads of this process that tutti started (named "tutti-<site>" by
+// core::startThread), all or those named `name`. Other threads are not
+// counted: ThreadSanitizer starts a background thread of its own at a moment
+// of its choosing, which made a count of every thread fail under it.
 int threadCount(const char* name = nullptr) {
   int n = 0;
   DIR* d = opendir("/proc/self/task");
   if (!d) return -1;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    if (name) {
-      std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
-      std::string s;
-      std::getline(comm, s);
-      if (s != name) continue;
-    }
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string s;
+    std::getline(comm, s);
+    if (name ? s != name : s.rfind("tutti-", 0) != 0) continue;
     ++n;
   }
   closedir(d);
   return n;
 }
 
-// The thread count to come back to. A thread is started and joined first:
-// ThreadSanitizer starts a helper thread of its own with the first one.
-int baselineThreads() {
-  std::thread([] {}).join();
-  return threadCount();
-}
+// The count of tutti's threads to come back to.
+int baselineThreads() { return threadCount(); }
 
 // Polls `cond` every 20 ms for up to `seconds`.
 bool waitFor(const std::function<bool()>& cond, double seconds) {
