@@ -91,7 +91,7 @@ class OneShot {
   // INFO; never an error). slotBytes > 0 asks for an arena of that slot size
   // whatever TUTTI_ONESHOT_MAX says and without single-copy operations (a
   // second arena for a protocol's own control messages, such as
-  // capi/device_ipc.h's barriers).
+  // core/device_ipc.h's barriers).
   static Result<std::unique_ptr<OneShot>> create(Comm* comm, size_t slotBytes = 0);
 
   // Bytes of this rank's slot the operation needs (0: not an arena collective).
