@@ -77,7 +77,6 @@ void Engine::abandon(const Status& why) {
   for (Task& t : left) finish(t);  // their streams are released
   std::lock_guard<std::mutex> lk(mu_);
   finished_ = submitted_;
-  busy_ = false;
   done_.notify_all();
 }
 
@@ -148,7 +147,6 @@ void Engine::run() {
       if (tasks_.empty()) break;  // stopping, nothing left
       t = std::move(tasks_.front());
       tasks_.pop_front();
-      busy_ = true;
     }
     Status st = started;
     try {
@@ -165,7 +163,6 @@ void Engine::run() {
     if (!st) comm_->setError(st);  // the first error sticks; later jobs fail at once
     finish(t);
     std::lock_guard<std::mutex> lk(mu_);
-    busy_ = false;
     ++finished_;
     done_.notify_all();
   }

@@ -75,7 +75,7 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable wake_, done_;
   std::deque<Task> tasks_;
-  bool busy_ = false, stopping_ = false;
+  bool stopping_ = false;
   Status dead_;  // why the thread ended early (ok while it runs)
   uint64_t submitted_ = 0, finished_ = 0;
   std::thread thread_;
