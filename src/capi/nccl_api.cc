@@ -72,14 +72,8 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady) {
                 std::string(fn) + ": communicator initialisation failed", comm);
   if (comm->finalized)
     return fail(ncclInvalidUsage, std::string(fn) + ": communicator was finalized", comm);
-  if (comm->impl->asyncErrorCode() != 0) {
-    Status err = comm->impl->error();
-    return fail(static_cast<ncclResult_t>(err.code()),
-                std::string(fn) + ": communicator is in error state after: " + err.message(), comm);
-  }
-  if (comm->impl->aborted())
-    return fail(ncclInvalidUsage, std::string(fn) + ": communicator was aborted", comm);
-  return ncclSuccess;
+  // In error state or aborted: the core's one answer (Comm::usable).
+  return fromStatus(comm->impl->usable().withContext(fn), comm);
 }
 
 ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {
