@@ -108,9 +108,10 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
     o.wire.format = core::envCompression(*o.comm, count * es, dt, op);
     o.needsScale = o.wire.format == algo::Wire::kHalf;
   }
-  if (capi::threadGroup().depth > 0) {
-    capi::threadGroup().ops.push_back(o);
-    capi::threadGroup().handles.push_back(comm);
+  capi::GroupState& group = capi::threadGroup();
+  if (group.depth > 0) {
+    group.ops.push_back(o);
+    group.handles.push_back(comm);
     return ncclSuccess;
   }
   const core::RunResult res = core::submitOne(o);

@@ -45,15 +45,12 @@ class Compressor {
   Compressor& operator=(const Compressor&) = delete;
 
   const tuttiCompressionConfig_t& config() const { return cfg_; }
-  bool feedback() const { return feedback_; }
 
-  // op: ncclSum or ncclAvg; rows x cols: PowerSGD's matrix shape (checked
-  // against the key's first use by submit()).
-  Status allReduce(const void* send, void* recv, size_t count, int op, unsigned long long key,
-                   size_t rows, size_t cols, Queue stream);
-  // What the API calls: allReduce on the communicator's engine when `stream`
-  // is a device stream it takes (core/group.h, runsOnEngine: queued, returns
-  // at once), else here after what the engine still runs.
+  // One compressed all-reduce (op: ncclSum or ncclAvg; rows x cols:
+  // PowerSGD's matrix shape, checked against the key's first use here): on
+  // the communicator's engine when `stream` is a device stream it takes
+  // (core/group.h, runsOnEngine: queued, returns at once), else here after
+  // what the engine still runs.
   Status submit(const void* send, void* recv, size_t count, int op, unsigned long long key,
                 size_t rows, size_t cols, Queue stream);
   // This rank's counters since creation (wireBytesSent included), once what
@@ -65,6 +62,10 @@ class Compressor {
   const std::vector<float>* residual(unsigned long long key) const;
 
  private:
+  // submit()'s work, where it runs: the state of `key`, the wire format, the
+  // all-reduces.
+  Status allReduce(const void* send, void* recv, size_t count, int op, unsigned long long key,
+                   size_t rows, size_t cols, Queue stream);
   struct Tensor;
   struct Shape {
     size_t count, rows, cols;
