@@ -4,7 +4,7 @@
 // A Status carries a code (mapped 1:1 onto ncclResult_t at the C boundary)
 // and a human-readable message. Nothing inside tutti throws across a module
 // boundary; exceptions (std::bad_alloc, ...) are caught in src/capi (guard())
-// and on every thread tutti starts (core::startThread).
+// and on every thread tutti starts (base::startThread, base/thread.h).
 #pragma once
 
 #include <string>

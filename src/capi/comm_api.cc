@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/thread.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
@@ -46,7 +47,7 @@ void runInit(ncclComm* c) {
 }
 
 Result<std::thread> startInit(ncclComm* c) {
-  return core::startThread(
+  return tutti::base::startThread(
       "init", fmt::format("init thread of rank {}", c->rank),
       [c] {
         runInit(c);

@@ -57,7 +57,7 @@ inline bool inGroup() { return threadGroup().depth > 0; }
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
                       const ncclConfig_t* config, int device = -1);
 // Creates the handle's communicator and records the result in initState;
-// startInit does it on a thread (core::startThread: what it throws is that
+// startInit does it on a thread (base::startThread: what it throws is that
 // result too), or returns why the thread cannot start.
 void runInit(ncclComm* c);
 Result<std::thread> startInit(ncclComm* c);

@@ -29,8 +29,8 @@
 //   delivered in order per (peer, tag); allGather/barrier are built on them and
 //   must be called by every rank in the same order. When the service thread
 //   has failed, recv reports why instead of waiting for its deadline.
-// - Threads: every thread of src/core is started by startThread() below, so
-//   nothing thrown on one reaches std::terminate.
+// - Threads: the root and service threads are started by base::startThread
+//   (base/thread.h), so nothing thrown on one reaches std::terminate.
 #pragma once
 
 #include <atomic>
@@ -90,63 +90,6 @@ static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processe
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
-
-// ---- threads ----------------------------------------------------------------------------
-//
-// startThread(site, what, body, done) starts a thread that runs body() (which
-// returns Status) and hands its Status to done(Status) on that thread. What
-// body throws (std::bad_alloc, std::system_error, anything) becomes the error
-// Status "<what> failed: ..." instead, logged at WARN; what done throws is
-// logged and dropped. Nothing thrown on the thread reaches std::terminate.
-// Returns the (joinable) thread, or, when it cannot be created
-// (std::system_error: no resources), the error "cannot start the <what>: ..."
-// and nothing runs. The thread is named "tutti-<site>" (ps, gdb,
-// /proc/<pid>/task/*/comm; site: at most 9 characters). Every thread src/core
-// starts goes through it: site "root" (a unique id's root), "service" (a
-// rank's bootstrap service), "connect" (the executor's connect threads),
-// "engine" (a communicator's engine, core/engine.h), "ipc" (device IPC beside
-// other work in a group, core/group.cc); src/capi's init threads too ("init").
-//
-// Tests: setThreadFaultForTesting("<site>") makes the body of every later
-// thread of that site throw a std::runtime_error before it runs;
-// "<site>@start" makes creating them fail as std::thread does without
-// resources; nullptr ends it. `fault` must outlive its use (a literal). Not
-// exported from libtutti.so: programs cannot reach it.
-void setThreadFaultForTesting(const char* fault);
-
-namespace thread_detail {
-// Throws when setThreadFaultForTesting named `site` (at `start`, or in the body).
-void testHook(const char* site, bool start);
-// The Status of the exception being handled, "<prefix>: <what it says>",
-// logged at WARN. Call inside a catch block only; never throws.
-Status currentException(const std::string& prefix) noexcept;
-void nameThisThread(const char* site) noexcept;
-}  // namespace thread_detail
-
-template <typename Body, typename Done>
-Result<std::thread> startThread(const char* site, const std::string& what, Body body, Done done) {
-  try {
-    thread_detail::testHook(site, true);
-    return std::thread([site, failed = what + " failed", body = std::move(body),
-                        done = std::move(done)]() mutable noexcept {
-      thread_detail::nameThisThread(site);
-      Status st;
-      try {
-        thread_detail::testHook(site, false);
-        st = body();
-      } catch (...) {
-        st = thread_detail::currentException(failed);
-      }
-      try {
-        done(std::move(st));
-      } catch (...) {
-        (void)thread_detail::currentException(failed);
-      }
-    });
-  } catch (...) {
-    return thread_detail::currentException("cannot start the " + what);
-  }
-}
 
 class Bootstrap : public transport::ControlChannel {
  public:

@@ -4,7 +4,7 @@
 
 #include "base/backoff.h"
 #include "base/log.h"
-#include "core/bootstrap.h"
+#include "base/thread.h"
 #include "core/comm.h"
 
 namespace tutti::core {
@@ -45,7 +45,7 @@ Status Engine::submit(const std::vector<Queue>& streams, Job job) {
     return undo(dead_);
   }
   if (!thread_.joinable()) {
-    auto started = startThread(
+    auto started = base::startThread(
         "engine", "communicator engine thread",
         [this] {
           run();

@@ -14,7 +14,7 @@
 #include "backends/cpu/kernels.h"
 #include "base/backoff.h"
 #include "base/log.h"
-#include "core/bootstrap.h"  // startThread
+#include "base/thread.h"
 
 namespace tutti::core {
 namespace {
@@ -711,7 +711,7 @@ Status execute(std::vector<Work*>& work) {
     connected[0] = work[0]->comm->ensureConnected(runs[0]->peerList());
   } else {
     // What a connect thread throws, or a thread that cannot be started,
-    // becomes that communicator's connect error (startThread). Joined at the
+    // becomes that communicator's connect error (base::startThread). Joined at the
     // end of the scope, also when an exception leaves it.
     struct JoinAll {
       std::vector<std::thread> v;
@@ -721,7 +721,7 @@ Status execute(std::vector<Work*>& work) {
     } threads;
     threads.v.reserve(runs.size());
     for (size_t i = 0; i < runs.size(); ++i) {
-      auto t = startThread(
+      auto t = base::startThread(
           "connect", fmt::format("connect thread of rank {}", work[i]->comm->rank()),
           [&, i] { return work[i]->comm->ensureConnected(runs[i]->peerList()); },
           [&, i](Status st) { connected[i] = std::move(st); });

@@ -11,9 +11,9 @@
 #include "backends/cpu/codec_kernels.h"
 #include "backends/cpu/cpu_backend.h"
 #include "base/log.h"
+#include "base/thread.h"
 #include "base/types.h"
 #include "compress/wire.h"
-#include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/device_ipc.h"
 #include "core/engine.h"
@@ -600,7 +600,7 @@ RunResult runGroup(std::vector<Op>& all) {
     ipcStatus[0] = runIpcOps(*ipcWork[0].first, ipcWork[0].second);
   } else {
     for (size_t i = 0; i < ipcWork.size(); ++i) {
-      auto t = startThread(
+      auto t = base::startThread(
           "ipc", "device IPC thread",
           [&, i] { return runIpcOps(*ipcWork[i].first, ipcWork[i].second); },
           [&, i](Status st) { ipcStatus[i] = std::move(st); });

@@ -3,7 +3,7 @@
 // that, or at its deadline (TUTTI_INIT_TIMEOUT), and a rank that arrives
 // later fails fast saying why; and a thread tutti starts that throws, or that
 // cannot be started, turns into an API error while the process lives on
-// (core::setThreadFaultForTesting).
+// (base::setThreadFaultForTesting).
 //
 // The root listens on loopback (NCCL_SOCKET_IFNAME=lo), so its address is
 // 127.0.0.1 and the port in the id. Threads are counted in /proc/self/task and
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/thread.h"
 #include "core/bootstrap.h"
 #include "harness.h"
 
@@ -39,7 +40,7 @@ double secondsSince(Clock::time_point t0) {
 }
 
 // Threads of this process that tutti started (named "tutti-<site>" by
-// core::startThread), all or those named `name`. Other threads are not
+// base::startThread), all or those named `name`. Other threads are not
 // counted: ThreadSanitizer starts a background thread of its own at a moment
 // of its choosing, which made a count of every thread fail under it.
 int threadCount(const char* name = nullptr) {
@@ -280,7 +281,7 @@ TEST(RootLifetime, ProcessExitsCleanlyWhileARootRuns) {
 // ---- faults injected into tutti's threads -------------------------------------------------
 //
 // Each scenario runs in a process of its own (gtest's threadsafe death-test
-// style runs this binary again) with core::setThreadFaultForTesting(fault):
+// style runs this binary again) with base::setThreadFaultForTesting(fault):
 // the process must survive, exiting 0 when the API returned errors that say
 // what failed; its stderr (NCCL_DEBUG=WARN and what the scenario prints) must
 // match `pattern`. A crash (std::terminate) fails the test.
@@ -291,7 +292,7 @@ void survives(const char* fault, const std::function<bool()>& scenario, const ch
         setenv("NCCL_DEBUG", "WARN", 1);
         setenv("NCCL_SOCKET_IFNAME", "lo", 1);
         setenv("TUTTI_INIT_TIMEOUT", "3", 1);  // a rank whose peer failed waits this long
-        core::setThreadFaultForTesting(fault);
+        base::setThreadFaultForTesting(fault);
         std::exit(scenario() ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), pattern);
