@@ -116,7 +116,6 @@ Result<std::unique_ptr<Backend>> Backend::fromTable(const tuttiBackendPlugin_v1*
   // structSize (appended after it was built) read as NULL, and so does a
   // field the structSize covers only in part (only whole fields are copied).
   memcpy(&b->table_, table, coveredBytes(table->structSize));
-  b->pluginStructSize_ = table->structSize;
   b->table_.structSize = sizeof(b->table_);
   b->t_ = &b->table_;
   b->name_ = table->name;
@@ -188,17 +187,13 @@ Result<int> Backend::currentDevice() {
   return static_cast<int>(d);
 }
 
-// The plugin's table covers `field` and sets it.
-#define TUTTI_PLUGIN_PROVIDES(field)                                                  \
-  (pluginStructSize_ >= offsetof(tuttiBackendPlugin_v1, field) + sizeof(t_->field) && \
-   t_->field != nullptr)
-
-bool Backend::hasHostEvents() const {
-  return TUTTI_PLUGIN_PROVIDES(hostEventCreate) && TUTTI_PLUGIN_PROVIDES(hostEventSignal);
-}
+// A field the plugin's structSize does not wholly cover is NULL in table_
+// (fromTable copies whole fields only), so NULL says both "not offered" and
+// "beyond its table".
+bool Backend::hasHostEvents() const { return t_->hostEventCreate && t_->hostEventSignal; }
 
 Status Backend::setDevice(int device) {
-  if (TUTTI_PLUGIN_PROVIDES(setDevice)) {
+  if (t_->setDevice) {
     TUTTI_BACKEND_CALL("setDevice", t_->setDevice(ctx_, device));
     return Status::ok();
   }
@@ -334,8 +329,6 @@ Status Backend::hostEventSignal(Event e) {
   TUTTI_BACKEND_CALL("hostEventSignal", t_->hostEventSignal(ctx_, e));
   return Status::ok();
 }
-
-#undef TUTTI_PLUGIN_PROVIDES
 
 void Backend::noteFallback(int kernel, const char* what) {
   const uint32_t bit = 1u << kernel;

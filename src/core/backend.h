@@ -126,7 +126,6 @@ class Backend {
 
   tuttiBackendPlugin_v1 table_{};  // whole fields up to the plugin's structSize; the rest NULL
   const tuttiBackendPlugin_v1* t_ = nullptr;  // &table_ once initialised
-  uint32_t pluginStructSize_ = 0;             // the plugin's own structSize
   void* ctx_ = nullptr;
   void* dl_ = nullptr;  // dlopen handle, null for built-in tables
   std::string name_, origin_;
