@@ -133,9 +133,36 @@ void logAlgorithm(const Op& o, const algo::Schedule& s) {
 }
 
 // Builds the work of one communicator for the operations of a group.
-Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w) {
+// Where the buffers of a built Work come from, so that a plan built once runs
+// on the buffers of each later call (bindPlan). An operation is named by its
+// index in the communicator's list of the group (>= 0), or as a fused set
+// (-1 - its index in Plan::fused).
+struct Binding {
+  std::vector<int32_t> source;     // per schedule: whose buffers (0: point-to-point, unused)
+  std::vector<size_t> scratchOff;  // per schedule: offset in the plan's scratch
+  size_t scratchBytes = 0;
+  // Point-to-point steps address the operations' buffers directly (kAbs):
+  // which step, which operation's send (src) or receive (dst) buffer, and
+  // the step's offset from that buffer's start.
+  enum class At : uint8_t { kSendSrc, kRecvDst, kLocalDst, kLocalSrc };
+  struct Abs {
+    At at;
+    uint32_t step;
+    int32_t op;
+    size_t delta;
+  };
+  std::vector<Abs> abs;
+  std::vector<int32_t> small;  // per one-shot operation (Work::small)
+};
+
+// Builds the work of one communicator for the operations of a group. With
+// `bind`, also records where each buffer comes from (origin[k] names ops[k]
+// as Binding does) and leaves the scratch unassigned: bindPlan assigns it.
+Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding* bind = nullptr,
+                 const std::vector<int32_t>* origin = nullptr) {
   w->comm = &comm;
   const size_t chunk = comm.chunkBytes();
+  auto from = [&](size_t k) { return origin ? (*origin)[k] : static_cast<int32_t>(k); };
   // Instance 0 holds every point-to-point operation of the group (absolute
   // addresses); collectives follow in call order, so both sides of any pair
   // agree on instance numbers whatever the interleaving.
@@ -143,29 +170,42 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w) {
   p2p.spec.dt = DataType::kUint8;
   p2p.algorithm = "p2p";
   std::map<int, uint64_t> sendK, recvK;
-  std::vector<const Op*> selfSends, selfRecvs;
+  std::vector<size_t> selfSends, selfRecvs;  // indices into ops
   w->schedules.push_back(algo::Schedule());
   w->buffers.push_back({nullptr, nullptr, nullptr, nullptr, nullptr});
   w->descriptions.push_back("p2p");
   w->wireBytes.push_back(nullptr);
+  if (bind) {
+    bind->source.assign(1, 0);
+    bind->scratchOff.assign(1, 0);
+  }
   std::vector<size_t> scratchOff;
   size_t scratchTotal = 0;
-  for (const Op* o : ops) {
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op* o = ops[k];
     const size_t es = elemSize(o->dt);
     const size_t bytes = o->count * es;
     if (o->coll == Collective::kSend || o->coll == Collective::kRecv) {
       if (bytes == 0) continue;
       const int peer = o->root;
       if (peer == comm.rank()) {
-        (o->coll == Collective::kSend ? selfSends : selfRecvs).push_back(o);
+        (o->coll == Collective::kSend ? selfSends : selfRecvs).push_back(k);
         continue;
       }
-      if (o->coll == Collective::kSend)
-        algo::appendSend(&p2p, peer, sendK[peer]++ << 32,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->send)}, bytes, chunk);
+      const bool isSend = o->coll == Collective::kSend;
+      const uintptr_t base = reinterpret_cast<uintptr_t>(isSend ? o->send : o->recv);
+      const size_t first = isSend ? p2p.sends.size() : p2p.recvs.size();
+      if (isSend)
+        algo::appendSend(&p2p, peer, sendK[peer]++ << 32, {algo::Buf::kAbs, base}, bytes, chunk);
       else
-        algo::appendRecv(&p2p, peer, recvK[peer]++ << 32,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(o->recv)}, bytes, chunk);
+        algo::appendRecv(&p2p, peer, recvK[peer]++ << 32, {algo::Buf::kAbs, base}, bytes, chunk);
+      if (bind) {
+        const size_t last = isSend ? p2p.sends.size() : p2p.recvs.size();
+        for (size_t s = first; s < last; ++s)
+          bind->abs.push_back({isSend ? Binding::At::kSendSrc : Binding::At::kRecvDst,
+                               static_cast<uint32_t>(s), from(k),
+                               (isSend ? p2p.sends[s].src.off : p2p.recvs[s].dst.off) - base});
+      }
       continue;
     }
     if (o->count == 0) continue;
@@ -175,6 +215,7 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w) {
                  algo::collectiveName(o->coll), o->count, typeName(o->dt), comm.nranks(),
                  small.direct ? "single-copy" : "one-shot");
       w->small.push_back(small);
+      if (bind) bind->small.push_back(from(k));
       continue;
     }
     algo::CollArgs a;
@@ -216,6 +257,10 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w) {
     }
     logAlgorithm(*o, s);
     scratchOff.push_back(scratchTotal);
+    if (bind) {
+      bind->source.push_back(from(k));
+      bind->scratchOff.push_back(scratchTotal);
+    }
     scratchTotal += (s.scratchBytes + 63) / 64 * 64;
     w->schedules.push_back(std::move(s));
     w->buffers.push_back({static_cast<uint8_t*>(const_cast<void*>(o->send)),
@@ -228,18 +273,26 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w) {
     return invalidUsage(fmt::format("group has {} send(s) to self but {} receive(s) from self",
                                     selfSends.size(), selfRecvs.size()));
   for (size_t i = 0; i < selfSends.size(); ++i) {
-    const size_t sb = selfSends[i]->count * elemSize(selfSends[i]->dt);
-    const size_t rb = selfRecvs[i]->count * elemSize(selfRecvs[i]->dt);
+    const Op& snd = *ops[selfSends[i]];
+    const Op& rcv = *ops[selfRecvs[i]];
+    const size_t sb = snd.count * elemSize(snd.dt);
+    const size_t rb = rcv.count * elemSize(rcv.dt);
     if (sb != rb)
       return invalidUsage(
           fmt::format("send to self of {} bytes matched with a receive of {} bytes", sb, rb));
+    if (bind) {
+      const auto step = static_cast<uint32_t>(p2p.local.size());
+      bind->abs.push_back({Binding::At::kLocalDst, step, from(selfRecvs[i]), 0});
+      bind->abs.push_back({Binding::At::kLocalSrc, step, from(selfSends[i]), 0});
+    }
     p2p.local.push_back({algo::LocalKind::kCopy,
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfRecvs[i]->recv)},
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(selfSends[i]->send)},
-                         sb});
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(rcv.recv)},
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(snd.send)}, sb});
   }
   w->schedules[0] = std::move(p2p);
-  if (scratchTotal) {
+  if (bind) {
+    bind->scratchBytes = scratchTotal;
+  } else if (scratchTotal) {
     TUTTI_ASSIGN_OR_RETURN(uint8_t * base, comm.scratch(scratchTotal));
     for (size_t i = 1; i < w->schedules.size(); ++i) w->buffers[i][2] = base + scratchOff[i - 1];
   }
@@ -332,89 +385,363 @@ Status runIpcOps(Comm& c, const std::vector<Op*>& ops) {
   return Status::ok();
 }
 
-// Small all-reduces of a group, fused (NCCL's aggregation): those of one
-// communicator with the same datatype and reduction, each of at most
-// kFuseMaxBytes, travel as one all-reduce over a packed buffer, so a group of
-// 64 all-reduces of 1 KiB costs about what one of 64 KiB does (one message
-// per peer and step instead of 64). Every rank packs the same operations in
-// the same order (the group's call order), so all agree; the fused
-// all-reduce may take another algorithm than each alone would (its size
-// decides), so the sum's rounding may differ from separate calls, but every
-// rank gets the same bits.
+// Small collectives of a group, fused (NCCL's aggregation): those of one
+// communicator that can travel together, each of at most kFuseMaxBytes per
+// rank, run as one collective over a packed buffer, so a group of 64
+// all-reduces of 1 KiB costs about what one of 64 KiB does (one message per
+// peer and step instead of 64). What fuses: all-reduces with the same
+// datatype and reduction; reduce-scatters likewise (each rank's block of the
+// packed input is the parts' blocks side by side, its block of the result
+// theirs); all-gathers of any datatypes (as bytes: a rank's block holds its
+// contributions side by side); broadcasts with the same root (as bytes).
+// Every rank packs the same operations in the same order (the group's call
+// order), so all agree. Data movement is exact; a fused all-reduce may take
+// another algorithm than each alone would (its size decides), so a floating
+// sum's rounding may differ from separate calls, but every rank gets the same
+// bits (a reduce-scatter's reduction order, likewise, may differ).
 constexpr size_t kFuseMaxBytes = 64 << 10;
-
-struct Fused {
-  Op op;  // the all-reduce over `packed`
-  std::vector<const Op*> parts;
-  std::vector<size_t> offsets;  // of each part in `packed`
-  std::vector<uint8_t> packed;
-};
 
 bool sameSpec(const algo::ReduceSpec& a, const algo::ReduceSpec& b) {
   return a.dt == b.dt && a.op == b.op && a.scalar == b.scalar && a.divisor == b.divisor;
 }
 
-// Replaces, in `ops` (one communicator's, host buffers), each set of two or
-// more fusable all-reduces with one operation on a packed copy of their
-// inputs, placed where the set's first member was; `fused` keeps the sets.
-void fuseSmallAllReduces(std::vector<Op*>& ops, std::vector<std::unique_ptr<Fused>>* fused) {
-  std::vector<std::unique_ptr<Fused>> sets;
-  std::vector<algo::ReduceSpec> specs;
-  std::vector<int> setOf(ops.size(), -1);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const Op& o = *ops[i];
-    const size_t bytes = o.count * elemSize(o.dt);
-    if (o.coll != Collective::kAllReduce || !o.raw() || bytes == 0 || bytes > kFuseMaxBytes)
-      continue;
-    const algo::ReduceSpec spec = specOf(o);
-    size_t k = 0;
-    while (k < sets.size() && !sameSpec(specs[k], spec)) ++k;
-    if (k == sets.size()) {
-      sets.push_back(std::make_unique<Fused>());
-      specs.push_back(spec);
-    }
-    sets[k]->parts.push_back(&o);
-    setOf[i] = static_cast<int>(k);
+// What a plan depends on, per operation: a group's plan is a function of
+// these, in call order, and of the communicator's settings (fixed at init);
+// the buffers are bound at each call.
+struct OpShape {
+  Collective coll{};
+  size_t count = 0;
+  int dt = 0, op = 0, root = 0;
+  bool inPlace = false;
+  algo::ReduceSpec spec;
+  bool operator==(const OpShape& o) const {
+    return coll == o.coll && count == o.count && dt == o.dt && op == o.op && root == o.root &&
+           inPlace == o.inPlace && sameSpec(spec, o.spec);
   }
-  std::vector<Op*> out;
-  std::vector<bool> placed(sets.size(), false);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const int k = setOf[i];
-    if (k < 0 || sets[k]->parts.size() < 2) {
-      out.push_back(ops[i]);
-      continue;
-    }
-    if (placed[k]) continue;
-    placed[k] = true;
-    Fused& f = *sets[k];
-    const size_t es = elemSize(f.parts[0]->dt);
-    size_t total = 0;
-    for (const Op* p : f.parts) {
-      f.offsets.push_back(total);
-      total += p->count * es;
-    }
-    f.packed.resize(total);
-    for (size_t j = 0; j < f.parts.size(); ++j)
-      std::memcpy(f.packed.data() + f.offsets[j], f.parts[j]->send, f.parts[j]->count * es);
-    f.op = *f.parts[0];
-    f.op.send = f.op.recv = f.packed.data();
-    f.op.count = total / es;
-    TUTTI_INFO(log::kTuning, "group: {} all-reduces of {} fused into one of {} bytes",
-               f.parts.size(), typeName(f.op.dt), total);
-    out.push_back(&f.op);
-  }
-  for (auto& f : sets)
-    if (f->parts.size() >= 2) fused->push_back(std::move(f));
-  ops = std::move(out);
+};
+
+OpShape shapeOf(const Op& o) {
+  OpShape s;
+  s.coll = o.coll;
+  s.count = o.count;
+  s.dt = o.dt;
+  s.op = o.op;
+  s.root = o.root;
+  s.inPlace = o.coll != Collective::kSend && o.coll != Collective::kRecv &&
+              inPlaceOf(o, elemSize(o.dt));
+  s.spec = specOf(o);
+  return s;
 }
 
-// After the fused all-reduces ran: each part's result to its receive buffer.
-void unpackFused(const std::vector<std::unique_ptr<Fused>>& fused) {
-  for (const auto& f : fused) {
-    const size_t es = elemSize(f->op.dt);
-    for (size_t j = 0; j < f->parts.size(); ++j)
-      std::memcpy(f->parts[j]->recv, f->packed.data() + f->offsets[j], f->parts[j]->count * es);
+uint64_t mix(uint64_t h, uint64_t v) {
+  return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull;
+}
+
+uint64_t hashOf(const OpShape& s, uint64_t h) {
+  uint64_t scalar;
+  std::memcpy(&scalar, &s.spec.scalar, sizeof scalar);
+  h = mix(h, static_cast<uint64_t>(s.coll) | static_cast<uint64_t>(s.inPlace) << 8 |
+                 static_cast<uint64_t>(s.spec.dt) << 16 | static_cast<uint64_t>(s.spec.op) << 24 |
+                 static_cast<uint64_t>(static_cast<uint32_t>(s.dt)) << 32);
+  h = mix(h, s.count);
+  h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(s.op)) << 32 |
+                 static_cast<uint32_t>(s.root));
+  h = mix(h, scalar);
+  return mix(h, static_cast<uint64_t>(s.spec.divisor));
+}
+
+bool fusable(const Op& o) {
+  if (!o.raw()) return false;
+  if (o.coll != Collective::kAllReduce && o.coll != Collective::kReduceScatter &&
+      o.coll != Collective::kAllGather && o.coll != Collective::kBroadcast)
+    return false;
+  const size_t bytes = o.count * elemSize(o.dt);
+  return bytes > 0 && bytes <= kFuseMaxBytes;
+}
+
+// Whether two fusable operations travel in one fused collective.
+bool sameSet(const OpShape& a, const OpShape& b) {
+  if (a.coll != b.coll) return false;
+  switch (a.coll) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+      return sameSpec(a.spec, b.spec);
+    case Collective::kBroadcast:
+      return a.root == b.root;
+    default:
+      return true;  // all-gathers: bytes
   }
+}
+
+// Operations fused into one (two or more), over a packed buffer in the
+// communicator's scratch. A block is one rank's share: all-reduce and
+// broadcast pack one block, all-gather and reduce-scatter one per rank.
+struct FusedSet {
+  std::vector<uint32_t> parts;  // indices in the group's list
+  std::vector<size_t> offsets;  // of each part in a block, in bytes
+  std::vector<size_t> bytes;    // of each part in a block
+  size_t block = 0;             // bytes of a block
+  size_t at = 0;                // offset of the packed buffer in the plan's memory
+  Op op;                        // the fused operation (buffers set by place())
+  size_t packedBytes(int nranks) const {
+    const bool perRank =
+        op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter;
+    return (perRank ? nranks * block : block);
+  }
+  // The fused operation's buffers in the packed buffer at `base`, in place.
+  void place(uint8_t* base, int rank) {
+    op.send = op.recv = base;
+    if (op.coll == Collective::kAllGather) op.send = base + rank * block;
+    if (op.coll == Collective::kReduceScatter) op.recv = base + rank * block;
+  }
+  // Each part's input into the packed buffer (before the run).
+  void pack(const Op* const* ops, int rank, int nranks) const {
+    auto* base = static_cast<uint8_t*>(const_cast<void*>(op.send));
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const auto* in = static_cast<const uint8_t*>(ops[parts[j]]->send);
+      switch (op.coll) {
+        case Collective::kBroadcast:
+          if (rank != op.root) break;  // only the root's input is read
+          [[fallthrough]];
+        case Collective::kAllReduce:
+        case Collective::kAllGather:  // send: this rank's block
+          std::memcpy(base + offsets[j], in, bytes[j]);
+          break;
+        case Collective::kReduceScatter:
+          for (int q = 0; q < nranks; ++q)
+            std::memcpy(base + q * block + offsets[j], in + q * bytes[j], bytes[j]);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  // Each part's result out of the packed buffer (after the run).
+  void unpack(const Op* const* ops, int nranks) const {
+    const auto* base = static_cast<const uint8_t*>(op.recv);
+    for (size_t j = 0; j < parts.size(); ++j) {
+      auto* out = static_cast<uint8_t*>(ops[parts[j]]->recv);
+      if (op.coll == Collective::kAllGather) {
+        for (int q = 0; q < nranks; ++q)
+          std::memcpy(out + q * bytes[j], base + q * block + offsets[j], bytes[j]);
+      } else {  // recv: the result's block
+        std::memcpy(out, base + offsets[j], bytes[j]);
+      }
+    }
+  }
+};
+
+// A communicator's plan for the operations of a group (its part of them) or
+// of a lone collective: the built work, what was fused, and where each buffer
+// comes from. Built once per shape; each call binds its buffers.
+struct Plan {
+  uint64_t hash = 0;
+  std::vector<OpShape> shape;
+  std::vector<FusedSet> fused;
+  size_t packedBytes = 0;  // the fused sets' buffers, at the start of the plan's memory
+  Work work;
+  Binding bind;
+  std::vector<Work*> ptrs;  // {&work}, for execute()
+
+  const Op& opAt(const Op* const* ops, int32_t k) const {
+    return k >= 0 ? *ops[k] : fused[-1 - k].op;
+  }
+};
+
+// Points the plan's work at this call's buffers (its memory, the fused sets'
+// packed buffers and the schedules' scratch, in the communicator's scratch,
+// which another operation may have moved) and packs the fused inputs.
+Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
+  uint8_t* mem = nullptr;
+  if (const size_t total = p.packedBytes + p.bind.scratchBytes) {
+    TUTTI_ASSIGN_OR_RETURN(mem, comm.scratch(total));
+  }
+  const int rank = comm.rank(), nranks = comm.nranks();
+  for (FusedSet& f : p.fused) {
+    f.place(mem + f.at, rank);
+    f.pack(ops, rank, nranks);
+  }
+  Work& w = p.work;
+  for (size_t i = 1; i < w.schedules.size(); ++i) {
+    const Op& o = p.opAt(ops, p.bind.source[i]);
+    w.buffers[i] = {static_cast<uint8_t*>(const_cast<void*>(o.send)),
+                    static_cast<uint8_t*>(o.recv),
+                    mem ? mem + p.packedBytes + p.bind.scratchOff[i] : nullptr, nullptr,
+                    reinterpret_cast<uint8_t*>(o.state)};
+    w.wireBytes[i] = o.wireBytes;
+  }
+  algo::Schedule& p2p = w.schedules[0];
+  for (const Binding::Abs& a : p.bind.abs) {
+    const Op& o = *ops[a.op];  // point-to-point operations are never fused
+    const bool src = a.at == Binding::At::kSendSrc || a.at == Binding::At::kLocalSrc;
+    const uintptr_t off = reinterpret_cast<uintptr_t>(src ? o.send : o.recv) + a.delta;
+    switch (a.at) {
+      case Binding::At::kSendSrc:
+        p2p.sends[a.step].src.off = off;
+        break;
+      case Binding::At::kRecvDst:
+        p2p.recvs[a.step].dst.off = off;
+        break;
+      case Binding::At::kLocalDst:
+        p2p.local[a.step].dst.off = off;
+        break;
+      case Binding::At::kLocalSrc:
+        p2p.local[a.step].src.off = off;
+        break;
+    }
+  }
+  for (size_t k = 0; k < w.small.size(); ++k) {
+    w.small[k] = OneShotOp();  // not yet posted
+    if (!oneShotOp(p.opAt(ops, p.bind.small[k]), &w.small[k]))
+      return internalError("a kept one-shot operation no longer takes the one-shot path");
+  }
+  return Status::ok();
+}
+
+// After the plan's work ran: the fused sets' results to their parts.
+void unpackPlan(const Plan& p, const Op* const* ops, int nranks) {
+  for (const FusedSet& f : p.fused) f.unpack(ops, nranks);
+}
+
+// Builds the plan for `n` operations of `comm` with these shapes: fuses what
+// travels together (kFuseMaxBytes), then builds the work with its binding.
+Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t n,
+                                        const std::vector<OpShape>& shape, uint64_t hash) {
+  auto p = std::make_unique<Plan>();
+  p->hash = hash;
+  p->shape = shape;
+  // Candidate sets, in the order of their first member.
+  std::vector<std::vector<uint32_t>> sets;
+  std::vector<int> setOf(n, -1);
+  for (size_t i = 0; n > 1 && i < n; ++i) {
+    if (!fusable(*ops[i])) continue;
+    size_t k = 0;
+    while (k < sets.size() && !sameSet(shape[sets[k][0]], shape[i])) ++k;
+    if (k == sets.size()) sets.emplace_back();
+    sets[k].push_back(static_cast<uint32_t>(i));
+    setOf[i] = static_cast<int>(k);
+  }
+  std::vector<int> fusedOf(sets.size(), -1);  // candidate set -> index in p->fused
+  for (size_t k = 0; k < sets.size(); ++k) {
+    if (sets[k].size() < 2) continue;
+    fusedOf[k] = static_cast<int>(p->fused.size());
+    FusedSet& f = p->fused.emplace_back();
+    f.parts = std::move(sets[k]);
+    f.op = *ops[f.parts[0]];
+    const bool bytewise =
+        f.op.coll == Collective::kAllGather || f.op.coll == Collective::kBroadcast;
+    for (uint32_t j : f.parts) {
+      f.offsets.push_back(f.block);
+      f.bytes.push_back(ops[j]->count * elemSize(ops[j]->dt));
+      f.block += f.bytes.back();
+    }
+    if (bytewise) f.op.dt = ncclUint8;
+    f.op.count = f.block / elemSize(f.op.dt);
+    f.at = p->packedBytes;
+    p->packedBytes += (f.packedBytes(comm.nranks()) + 63) / 64 * 64;
+    TUTTI_INFO(log::kTuning, "group: {} {}s fused into one of {} bytes per rank",
+               f.parts.size(), algo::collectiveName(f.op.coll), f.block);
+  }
+  // The fused operations' buffers must exist while the work is built (whether
+  // they are in place decides the schedule); bindPlan places them again.
+  if (p->packedBytes) {
+    TUTTI_ASSIGN_OR_RETURN(uint8_t * mem, comm.scratch(p->packedBytes));
+    for (FusedSet& f : p->fused) f.place(mem + f.at, comm.rank());
+  }
+  // Each fused set runs where its first member was called.
+  std::vector<const Op*> items;
+  std::vector<int32_t> origin;
+  std::vector<bool> placed(p->fused.size(), false);
+  for (size_t i = 0; i < n; ++i) {
+    const int f = setOf[i] < 0 ? -1 : fusedOf[setOf[i]];
+    if (f < 0) {
+      items.push_back(ops[i]);
+      origin.push_back(static_cast<int32_t>(i));
+    } else if (!placed[f]) {
+      placed[f] = true;
+      items.push_back(&p->fused[f].op);
+      origin.push_back(-1 - f);
+    }
+  }
+  TUTTI_RETURN_IF_ERROR(buildWork(comm, items, &p->work, &p->bind, &origin));
+  p->ptrs.assign(1, &p->work);
+  return p;
+}
+
+// On a cached plan: the INFO lines a build writes, which algorithm runs each
+// operation.
+void logPlan(const Plan& p, const Op* const* ops) {
+  if (!log::enabled(log::Level::kInfo, log::kTuning)) return;
+  for (size_t i = 1; i < p.work.schedules.size(); ++i)
+    logAlgorithm(p.opAt(ops, p.bind.source[i]), p.work.schedules[i]);
+  for (size_t k = 0; k < p.work.small.size(); ++k) {
+    const Op& o = p.opAt(ops, p.bind.small[k]);
+    TUTTI_INFO(log::kTuning, "{} count {} {} on {} ranks: algorithm {}",
+               algo::collectiveName(o.coll), o.count, typeName(o.dt), o.comm->nranks(),
+               p.work.small[k].direct ? "single-copy" : "one-shot");
+  }
+}
+
+}  // namespace
+
+// A communicator's plans (Comm::loneWork(), named for the lone collective's
+// work it once held alone): the last kPlansKept plans built for lone
+// collectives and for its part of groups, most recently used first. A call
+// whose operations have the shapes of a kept plan (OpShape, in call order)
+// reuses it with its own buffers, so a repeated call or group builds no
+// schedule and allocates nothing. Compressed operations (their scale is
+// agreed per call) and counted ones are planned afresh each time.
+struct LoneWork {
+  static constexpr size_t kPlansKept = 4;
+  std::vector<std::unique_ptr<Plan>> plans;
+  std::vector<OpShape> probe;  // the current call's shapes (kept for its memory)
+  uint64_t built = 0;          // plans built (tests)
+};
+
+uint64_t plansBuilt(Comm& comm) {
+  std::lock_guard<std::mutex> lk(comm.mutex());
+  return comm.loneWork() ? comm.loneWork()->built : 0;
+}
+
+namespace {
+
+// The plan for `ops` (n of them, all of `comm`, which is locked), bound to
+// their buffers, the fused inputs packed: a kept one when the shapes match,
+// else a new one (kept unless `uncached` must hold it).
+Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
+                          std::unique_ptr<Plan>* uncached) {
+  if (!comm.loneWork()) comm.loneWork() = std::make_shared<LoneWork>();
+  LoneWork& cache = *comm.loneWork();
+  cache.probe.resize(n);
+  uint64_t hash = 0xcbf29ce484222325ull;
+  bool cacheable = true;
+  for (size_t i = 0; i < n; ++i) {
+    cache.probe[i] = shapeOf(*ops[i]);
+    hash = hashOf(cache.probe[i], hash);
+    cacheable &= ops[i]->raw();
+  }
+  Plan* plan = nullptr;
+  for (size_t k = 0; cacheable && k < cache.plans.size(); ++k) {
+    if (cache.plans[k]->hash != hash || cache.plans[k]->shape != cache.probe) continue;
+    std::rotate(cache.plans.begin(), cache.plans.begin() + k, cache.plans.begin() + k + 1);
+    plan = cache.plans[0].get();
+    logPlan(*plan, ops);
+    break;
+  }
+  if (!plan) {
+    TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<Plan> built,
+                           buildPlan(comm, ops, n, cache.probe, hash));
+    ++cache.built;
+    plan = built.get();
+    if (cacheable) {
+      cache.plans.insert(cache.plans.begin(), std::move(built));
+      if (cache.plans.size() > LoneWork::kPlansKept) cache.plans.pop_back();
+    } else {
+      *uncached = std::move(built);
+    }
+  }
+  TUTTI_RETURN_IF_ERROR(bindPlan(comm, *plan, ops));
+  return plan;
 }
 
 // The group's operations that run on host memory through the executor (with
@@ -442,90 +769,37 @@ RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector
   }
   st = agreeScales(comms, byComm);
   if (!st) return ofGroup(unstage(st), comms);
-  std::vector<Work> works(comms.size());
+  std::vector<Plan*> plans(comms.size());
+  std::vector<std::unique_ptr<Plan>> uncached(comms.size());
   std::vector<Work*> ptrs;
-  std::vector<std::unique_ptr<Fused>> fused;
   for (size_t i = 0; i < comms.size(); ++i) {
     log::setThreadRank(comms[i]->rank());
-    std::vector<Op*>& mine = byComm[comms[i]];
-    if (mine.size() > 1) fuseSmallAllReduces(mine, &fused);
-    std::vector<const Op*> ops(mine.begin(), mine.end());
-    st = buildWork(*comms[i], ops, &works[i]);
-    if (!st) return {unstage(st), comms[i]};
-    ptrs.push_back(&works[i]);
+    const std::vector<Op*>& mine = byComm[comms[i]];
+    auto plan = preparePlan(*comms[i], mine.data(), mine.size(), &uncached[i]);
+    if (!plan) return {unstage(plan.status()), comms[i]};
+    plans[i] = *plan;
+    ptrs.push_back(&plans[i]->work);
   }
   st = execute(ptrs);
-  if (st) unpackFused(fused);
+  if (st)
+    for (size_t i = 0; i < comms.size(); ++i)
+      unpackPlan(*plans[i], byComm[comms[i]].data(), comms[i]->nranks());
   st = unstage(st);
   if (!st) return ofGroup(st, comms);
   return {};
 }
 
-}  // namespace
-
-// What the last collective run alone on a communicator was built for, and its
-// work (buffers aside, a schedule depends only on these and on the
-// communicator's settings, which are fixed at init).
-struct LoneWork {
-  bool valid = false;
-  Collective coll{};
-  size_t count = 0;
-  int dt = 0, op = 0, root = 0;
-  bool inPlace = false;
-  algo::ReduceSpec spec;
-  Work work;
-  std::vector<Work*> ptrs;
-
-  bool matches(const Op& o, bool inPlaceNow, const algo::ReduceSpec& specNow) const {
-    return valid && o.coll == coll && o.count == count && o.dt == dt && o.op == op &&
-           o.root == root && inPlaceNow == inPlace && specNow.dt == spec.dt &&
-           specNow.op == spec.op && specNow.scalar == spec.scalar &&
-           specNow.divisor == spec.divisor;
-  }
-};
-
-namespace {
-
 // One collective outside a group on host memory (no compression, no device
-// IPC): builds its work as a group would, or, when the communicator's last
-// such call had the same shape, reuses that work with this call's buffers, so
-// a repeated call builds no schedule and allocates nothing.
+// IPC): its plan, as a group of one would have it (a repeated call reuses the
+// kept one with this call's buffers), run.
 RunResult runAlone(const Op& op) {
   Comm& comm = *op.comm;
   std::lock_guard<std::mutex> lk(comm.mutex());
-  if (!comm.loneWork()) comm.loneWork() = std::make_shared<LoneWork>();
-  LoneWork& last = *comm.loneWork();
-  const size_t es = elemSize(op.dt);
-  const bool inPlace = inPlaceOf(op, es);
-  const algo::ReduceSpec spec = specOf(op);
-  if (last.matches(op, inPlace, spec) && last.work.schedules.size() == 2) {
-    // Instance 0 is the (empty) point-to-point schedule, 1 the collective.
-    auto& b = last.work.buffers[1];
-    b[static_cast<int>(algo::Buf::kSend)] = static_cast<uint8_t*>(const_cast<void*>(op.send));
-    b[static_cast<int>(algo::Buf::kRecv)] = static_cast<uint8_t*>(op.recv);
-    if (const size_t scratch = last.work.schedules[1].scratchBytes) {
-      // Another operation may have grown (moved) the communicator's scratch.
-      auto base = comm.scratch((scratch + 63) / 64 * 64);
-      if (!base) return {base.status(), &comm};
-      b[static_cast<int>(algo::Buf::kScratch)] = *base;
-    }
-    logAlgorithm(op, last.work.schedules[1]);
-  } else {
-    last.valid = false;
-    last.work = Work();
-    Status st = buildWork(comm, {&op}, &last.work);
-    if (!st) return {st, &comm};
-    last.coll = op.coll;
-    last.count = op.count;
-    last.dt = op.dt;
-    last.op = op.op;
-    last.root = op.root;
-    last.inPlace = inPlace;
-    last.spec = spec;
-    last.ptrs.assign(1, &last.work);
-    last.valid = true;
-  }
-  Status st = execute(last.ptrs);
+  const Op* ops[1] = {&op};
+  std::unique_ptr<Plan> uncached;
+  auto plan = preparePlan(comm, ops, 1, &uncached);
+  if (!plan) return {plan.status(), &comm};
+  Status st = execute((*plan)->ptrs);
   return st ? RunResult{} : ofGroup(st, {&comm});
 }
 

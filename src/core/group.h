@@ -4,18 +4,26 @@
 // Contract
 // - runOne(): an operation outside any group. On host memory a small
 //   collective on one host takes the one-shot path (no schedule, no
-//   executor); a plain collective reuses the work of the communicator's last
-//   lone collective when it has the same shape (a repeated call builds no
-//   schedule and allocates nothing); anything else runs as a group of one.
+//   executor); a plain collective runs its plan (below); anything else runs
+//   as a group of one.
 // - runGroup(): the operations of one ncclGroupStart/End, in call order, over
 //   any number of communicators of this process, all progressed together (one
 //   thread may drive every rank of a communicator). Per communicator: device
 //   IPC takes the raw collectives it was negotiated for (core/device_ipc.h);
 //   device buffers of the rest are staged through pinned host memory
 //   (core/staging.h); fp16 compression agrees its scales (one small max
-//   all-reduce); point-to-point operations form one schedule (instance 0),
+//   all-reduce); small all-reduces, reduce-scatters, all-gathers and
+//   broadcasts that can travel together are fused into one collective over a
+//   packed buffer; point-to-point operations form one schedule (instance 0),
 //   collectives follow in call order, so both sides of any pair agree on
 //   instance numbers whatever the interleaving.
+// - Plans: what a communicator runs for a lone collective or for its part of
+//   a group (fusion, schedules, where each buffer comes from) is built once
+//   per shape (per operation in call order: collective, count, datatype,
+//   reduction, root or peer, in place or not) and kept (the last few); a call
+//   with a kept shape binds its own buffers to it, so a repeated call or
+//   group builds no schedule and allocates nothing. A different shape builds
+//   anew. Compressed operations are planned afresh at each call.
 // - Both take the communicators' mutexes (in address order) and complete the
 //   operations before they return; submitOne / submitGroup (below) decide
 //   whether they run on the caller's thread or on the engine's.
@@ -48,6 +56,10 @@ RunResult submitOne(const Op& op);
 RunResult submitGroup(std::vector<Op>& ops);
 // Whether work for `comm` on `stream` goes to its engine.
 bool runsOnEngine(Comm& comm, Queue stream);
+
+// How many plans `comm` has built (a call that reuses a kept one builds
+// none): for tests.
+uint64_t plansBuilt(Comm& comm);
 
 // What TUTTI_COMPRESSION asks of a plain all-reduce on `comm` (float32
 // sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
