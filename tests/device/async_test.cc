@@ -372,6 +372,102 @@ TEST(AsyncEngine, AbortRacingWithCompletion) {
   }
 }
 
+// ncclCommSplit while an operation is queued on the engine, waiting for a
+// late peer: the split drains the engine first (core::Comm::split), returns
+// success, and both the queued all-reduce and the child's first all-reduce
+// are exact. Rank 0's queue is held (as a long kernel would hold it) while it
+// queues the all-reduce and calls the split, so that operation is still
+// waiting for its stream, not yet on the communicator, when the split
+// starts; rank 1 calls kLateMs late and splits once its own engine runs the
+// all-reduce. A split that does not drain takes rank 0's communicator while
+// rank 1's engine holds rank 1's for the all-reduce: each waits for the
+// other (the watchdog below fails the test and aborts both).
+TEST(AsyncEngine, SplitDrainsAQueuedOperation) {
+  requireEngineBackend();
+  auto comms = makePair();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      struct Done {
+        std::atomic<int>& n;
+        ~Done() { n++; }
+      } done{finished};
+      Rank d;
+      float* buf = d.alloc(kCount);
+      float* cbuf = d.alloc(kCount);
+      // A first all-reduce, both on time (connections).
+      d.put(buf, data(r, kCount));
+      ASSERT_EQ(ncclAllReduce(buf, buf, kCount, ncclFloat32, ncclSum, comms[r], d.stream()),
+                ncclSuccess)
+          << ncclGetLastError(comms[r]);
+      d.get(buf, kCount);
+      core::Event hold = nullptr;
+      if (r == 0) {
+        auto h = d.be->hostEventCreate(0);
+        ASSERT_TRUE(h.isOk()) << h.status().message();
+        hold = h.value();
+        ASSERT_TRUE(d.be->eventWait(d.q, hold).isOk());
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
+      }
+      d.put(buf, data(r, kCount));
+      ASSERT_EQ(ncclAllReduce(buf, buf, kCount, ncclFloat32, ncclSum, comms[r], d.stream()),
+                ncclSuccess)
+          << ncclGetLastError(comms[r]);
+      std::thread release;
+      if (r == 0) {
+        release = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          EXPECT_TRUE(d.be->hostEventSignal(hold).isOk());
+        });
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its engine runs it
+      }
+      ncclComm_t child = nullptr;
+      EXPECT_EQ(ncclCommSplit(comms[r], 0, r, &child, nullptr), ncclSuccess)
+          << ncclGetLastError(comms[r]);
+      if (r == 0) {
+        release.join();
+        EXPECT_TRUE(d.be->eventDestroy(hold).isOk());
+      }
+      auto got = d.get(buf, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(0, i) + value(1, i)) << "queued, rank " << r << " element " << i;
+      ASSERT_NE(child, nullptr);
+      int n = 0, me = -1;
+      EXPECT_EQ(ncclCommCount(child, &n), ncclSuccess);
+      EXPECT_EQ(ncclCommUserRank(child, &me), ncclSuccess);
+      EXPECT_EQ(n, 2);
+      EXPECT_EQ(me, r);
+      d.put(cbuf, data(1 - r, kCount));
+      ASSERT_EQ(ncclAllReduce(cbuf, cbuf, kCount, ncclFloat32, ncclMax, child, d.stream()),
+                ncclSuccess)
+          << ncclGetLastError(child);
+      got = d.get(cbuf, kCount);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(got[i], value(1, i)) << "child, rank " << r << " element " << i;
+      ncclResult_t async = ncclInternalError;
+      EXPECT_EQ(ncclCommGetAsyncError(comms[r], &async), ncclSuccess);
+      EXPECT_EQ(async, ncclSuccess);
+      EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+    });
+  // Bounded: a deadlock fails the test instead of hanging it.
+  const auto t0 = Clock::now();
+  while (finished.load() < 2 && msSince(t0) < 60000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (finished.load() < 2) {
+    ADD_FAILURE() << "ncclCommSplit with an operation queued on the engine did not return in "
+                     "60 s (a deadlock): aborting both communicators";
+    for (ncclComm_t c : comms) (void)ncclCommAbort(c);
+    for (auto& t : ranks) t.join();
+    return;
+  }
+  for (auto& t : ranks) t.join();
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 }  // namespace
 }  // namespace tutti::test
 
