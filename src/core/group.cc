@@ -311,6 +311,10 @@ RunResult ofGroup(const Status& st, const std::vector<Comm*>& comms) {
 // compressed operations of a communicator in one vector) before the group
 // runs. bf16 has float32's range and needs none.
 Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<Op*>>& byComm) {
+  bool any = false;
+  for (Comm* c : comms)
+    for (const Op* o : byComm[c]) any |= o->needsScale;
+  if (!any) return Status::ok();
   std::vector<std::vector<float>> maxima(comms.size());
   std::vector<std::vector<Op*>> scaled(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -433,23 +437,6 @@ OpShape shapeOf(const Op& o) {
   return s;
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull;
-}
-
-uint64_t hashOf(const OpShape& s, uint64_t h) {
-  uint64_t scalar;
-  std::memcpy(&scalar, &s.spec.scalar, sizeof scalar);
-  h = mix(h, static_cast<uint64_t>(s.coll) | static_cast<uint64_t>(s.inPlace) << 8 |
-                 static_cast<uint64_t>(s.spec.dt) << 16 | static_cast<uint64_t>(s.spec.op) << 24 |
-                 static_cast<uint64_t>(static_cast<uint32_t>(s.dt)) << 32);
-  h = mix(h, s.count);
-  h = mix(h, static_cast<uint64_t>(static_cast<uint32_t>(s.op)) << 32 |
-                 static_cast<uint32_t>(s.root));
-  h = mix(h, scalar);
-  return mix(h, static_cast<uint64_t>(s.spec.divisor));
-}
-
 bool fusable(const Op& o) {
   if (!o.raw()) return false;
   if (o.coll != Collective::kAllReduce && o.coll != Collective::kReduceScatter &&
@@ -535,7 +522,6 @@ struct FusedSet {
 // of a lone collective: the built work, what was fused, and where each buffer
 // comes from. Built once per shape; each call binds its buffers.
 struct Plan {
-  uint64_t hash = 0;
   std::vector<OpShape> shape;
   std::vector<FusedSet> fused;
   size_t packedBytes = 0;  // the fused sets' buffers, at the start of the plan's memory
@@ -606,9 +592,8 @@ void unpackPlan(const Plan& p, const Op* const* ops, int nranks) {
 // Builds the plan for `n` operations of `comm` with these shapes: fuses what
 // travels together (kFuseMaxBytes), then builds the work with its binding.
 Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t n,
-                                        const std::vector<OpShape>& shape, uint64_t hash) {
+                                        const std::vector<OpShape>& shape) {
   auto p = std::make_unique<Plan>();
-  p->hash = hash;
   p->shape = shape;
   // Candidate sets, in the order of their first member.
   std::vector<std::vector<uint32_t>> sets;
@@ -712,25 +697,31 @@ Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
                           std::unique_ptr<Plan>* uncached) {
   if (!comm.loneWork()) comm.loneWork() = std::make_shared<LoneWork>();
   LoneWork& cache = *comm.loneWork();
+  // Each operation's shape is computed once, when a comparison first needs
+  // it (a group's calls mostly repeat the last shape: one pass).
   cache.probe.resize(n);
-  uint64_t hash = 0xcbf29ce484222325ull;
+  size_t known = 0;
+  auto shapeAt = [&](size_t i) -> const OpShape& {
+    for (; known <= i; ++known) cache.probe[known] = shapeOf(*ops[known]);
+    return cache.probe[i];
+  };
   bool cacheable = true;
-  for (size_t i = 0; i < n; ++i) {
-    cache.probe[i] = shapeOf(*ops[i]);
-    hash = hashOf(cache.probe[i], hash);
-    cacheable &= ops[i]->raw();
-  }
+  for (size_t i = 0; i < n; ++i) cacheable &= ops[i]->raw();
   Plan* plan = nullptr;
   for (size_t k = 0; cacheable && k < cache.plans.size(); ++k) {
-    if (cache.plans[k]->hash != hash || cache.plans[k]->shape != cache.probe) continue;
+    const std::vector<OpShape>& shape = cache.plans[k]->shape;
+    if (shape.size() != n) continue;
+    size_t i = 0;
+    while (i < n && shapeAt(i) == shape[i]) ++i;
+    if (i < n) continue;
     std::rotate(cache.plans.begin(), cache.plans.begin() + k, cache.plans.begin() + k + 1);
     plan = cache.plans[0].get();
     logPlan(*plan, ops);
     break;
   }
   if (!plan) {
-    TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<Plan> built,
-                           buildPlan(comm, ops, n, cache.probe, hash));
+    if (n) shapeAt(n - 1);
+    TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<Plan> built, buildPlan(comm, ops, n, cache.probe));
     ++cache.built;
     plan = built.get();
     if (cacheable) {
@@ -841,8 +832,12 @@ RunResult runGroup(std::vector<Op>& all) {
   std::vector<Comm*> comms;
   std::map<Comm*, std::vector<Op*>> byComm;
   for (Op& o : all) {
-    if (!byComm.count(o.comm)) comms.push_back(o.comm);
-    byComm[o.comm].push_back(&o);
+    std::vector<Op*>& mine = byComm[o.comm];
+    if (mine.empty()) {
+      comms.push_back(o.comm);
+      mine.reserve(all.size());
+    }
+    mine.push_back(&o);
   }
   std::vector<Comm*> lockOrder = comms;
   std::sort(lockOrder.begin(), lockOrder.end());

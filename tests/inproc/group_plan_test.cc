@@ -43,6 +43,7 @@ struct Call {
   ncclRedOp_t op = ncclSum;
   int root = 0;
   bool inPlace = false;
+  bool nullSend = false;  // a broadcast's non-roots pass NULL as sendbuff
 };
 
 // Rank q's input element i of operation k: small integers, exact in every
@@ -101,7 +102,10 @@ bool runAndCheck(int r, int n, ncclComm_t comm, const std::vector<Call>& calls, 
     }
     // The input (a broadcast's only on its root: the others' send buffers
     // keep garbage, which must not be read).
-    if (c.kind == Kind::kBroadcast && r != c.root) continue;
+    if (c.kind == Kind::kBroadcast && r != c.root) {
+      if (c.nullSend) b.send = nullptr;
+      continue;
+    }
     if (c.kind == Kind::kRecv) continue;
     for (size_t i = 0; i < sendBytes / es; ++i)
       storeValue(b.send + i * es, c.dt, value(c.dt, r, dataOf(calls, k), i, seed));
@@ -211,6 +215,7 @@ std::vector<Call> mixedGroup(int n) {
       {K::kReduceScatter, 40, ncclInt32, ncclMax, 0, true},
       {K::kBroadcast, 30000, ncclInt32, ncclSum, n - 1},  // not fused
       {K::kBroadcast, 70, ncclInt32, ncclSum, n - 1},
+      {K::kBroadcast, 90, ncclInt32, ncclSum, n - 1, false, true},
       {K::kAllReduce, 7, ncclInt32, ncclMax},
   };
 }
@@ -264,8 +269,7 @@ TEST(Groups, SmallCollectivesOfEachKindTravelAsOne) {
 
 // Each change of shape builds a new plan (values exact); the shape before
 // it, run again, and the changed one, run again, reuse theirs.
-TEST(Groups, ChangedShapeRebuildsThePlan) {
-  for (int n : {3, 4}) {
+void changedShapes(int n) {
     runRanks(n, [&](int r, ncclComm_t comm) {
       using K = Kind;
       const std::vector<Call> base = {
@@ -291,6 +295,10 @@ TEST(Groups, ChangedShapeRebuildsThePlan) {
       vary("one fewer", [](auto& v) { v.pop_back(); });
       vary("kind", [](auto& v) { v[6].kind = K::kAllReduce; });
       int seed = 0;
+      // In place first: the plan of the same group out of place is another.
+      std::vector<Call> inPlace = base;
+      inPlace[7].inPlace = true;
+      ASSERT_TRUE(runAndCheck(r, n, comm, inPlace, 100, 2));
       ASSERT_TRUE(runAndCheck(r, n, comm, base, seed, 1));
       for (auto& [what, calls] : variants) {
         uint64_t b = built(comm);
@@ -303,7 +311,17 @@ TEST(Groups, ChangedShapeRebuildsThePlan) {
         EXPECT_EQ(built(comm) - b, 0u) << what << ": both shapes are kept";
       }
     });
-  }
+}
+
+TEST(Groups, ChangedShapeRebuildsThePlan) {
+  for (int n : {3, 4}) changedShapes(n);
+}
+
+// Over TCP no operation takes the one-shot path (which reads its operation
+// at each call): every operation runs a schedule.
+TEST(Groups, ChangedShapeRebuildsThePlanOverTcp) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  changedShapes(3);
 }
 
 // Lone collectives share the mechanism: alternating shapes keep their plans;
