@@ -139,7 +139,9 @@ ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor);
  * matrix (rows * cols == count); other kinds ignore rows and cols. In place
  * when sendbuff == recvbuff. Ordered on `stream` like ncclAllReduce (it
  * starts after earlier work on the stream; later work sees the result) and,
- * like every tutti collective, returns once done. Not allowed inside
+ * like every tutti collective, returns once done, or once queued on a device
+ * stream that the engine holds, or with ncclInProgress on a non-blocking
+ * communicator (docs/api.md, "When the call returns"). Not allowed inside
  * ncclGroupStart/End. */
 ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclRedOp_t op,

@@ -1,7 +1,6 @@
 // The NCCL C API, collectives, point-to-point and groups: validated here,
 // planned and run by the core (core/group.h).
-#include <system_error>
-#include <thread>
+#include <vector>
 
 #include "base/log.h"
 #include "capi/errors.h"
@@ -24,15 +23,12 @@ using tutti::capi::guard;
 using tutti::capi::rawEnum;
 using tutti::capi::typeName;
 
-using tutti::capi::runInit;
-using tutti::capi::startInit;
-
 namespace {
 
 ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
   int v = op;
   if (v >= 0 && v < ncclNumOps) return ncclSuccess;
-  const auto& userOps = comm->impl->userOps();
+  const auto& userOps = comm->impl()->userOps();
   size_t idx = static_cast<size_t>(v) - ncclNumOps;
   if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
     return fail(ncclInvalidArgument,
@@ -50,7 +46,7 @@ ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
 // The handle of `impl` among `handles` (where a core error is recorded).
 ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles) {
   for (ncclComm* h : handles)
-    if (h->impl.get() == impl) return h;
+    if (h->impl() == impl) return h;
   return handles.empty() ? nullptr : handles[0];
 }
 
@@ -61,7 +57,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
   if (core::isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
-  const int n = comm->nranks, r = comm->rank;
+  const int n = comm->nranks(), r = comm->rank();
   bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
                 coll == Collective::kGather || coll == Collective::kScatter;
   bool p2p = coll == Collective::kSend || coll == Collective::kRecv;
@@ -93,7 +89,7 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
   core::Op o;
-  o.comm = comm->impl.get();
+  o.comm = comm->impl();
   o.coll = coll;
   o.send = send;
   o.recv = recv;
@@ -115,7 +111,8 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
     return ncclSuccess;
   }
   const core::RunResult res = core::submitOne(o);
-  return res.status ? ncclSuccess : fromStatus(res.status, comm);
+  if (!res.status) return fromStatus(res.status, comm);
+  return res.inProgress ? ncclInProgress : ncclSuccess;
 }
 
 ncclResult_t groupEndImpl() {
@@ -123,25 +120,13 @@ ncclResult_t groupEndImpl() {
   capi::threadGroup() = capi::GroupState();
   ncclResult_t result = g.deferred;
   // 1. Initialisations, concurrently (one thread may init every rank).
-  if (g.inits.size() == 1) {
-    runInit(g.inits[0]);
-  } else if (g.inits.size() > 1) {
-    std::vector<std::thread> threads;
-    for (ncclComm* c : g.inits) {
-      auto t = startInit(c);
-      if (t) {
-        threads.push_back(std::move(t.value()));
-      } else {
-        fail(static_cast<ncclResult_t>(t.status().code()), "ncclGroupEnd: " + t.status().message(),
-             c);
-        c->initState.store(static_cast<int>(t.status().code()));
-      }
-    }
-    for (auto& t : threads) t.join();
+  std::vector<core::CommInit*> inits;
+  for (ncclComm* c : g.inits) inits.push_back(&c->init);
+  core::CommInit::runAll(inits);
+  for (ncclComm* c : g.inits) {
+    ncclResult_t rc = capi::initResult(c, "ncclGroupEnd");
+    if (rc != ncclSuccess && result == ncclSuccess) result = rc;
   }
-  for (ncclComm* c : g.inits)
-    if (c->initState.load() != ncclSuccess && result == ncclSuccess)
-      result = static_cast<ncclResult_t>(c->initState.load());
   if (g.ops.empty()) return result;
   if (result != ncclSuccess) return result;
   // 2. Operations: every communicator still usable, then the core runs them.
@@ -150,7 +135,8 @@ ncclResult_t groupEndImpl() {
     if (rc != ncclSuccess) return rc;
   }
   const core::RunResult res = core::submitGroup(g.ops);
-  return res.status ? ncclSuccess : fromStatus(res.status, handleOf(res.comm, g.handles));
+  if (!res.status) return fromStatus(res.status, handleOf(res.comm, g.handles));
+  return res.inProgress ? ncclInProgress : ncclSuccess;
 }
 
 }  // namespace

@@ -2,11 +2,8 @@
 // destruction and queries.
 #include <cstring>
 #include <mutex>
-#include <system_error>
-#include <thread>
 
 #include "base/log.h"
-#include "base/thread.h"
 #include "capi/errors.h"
 #include "capi/export.h"
 #include "capi/handle.h"
@@ -31,34 +28,14 @@ using tutti::capi::typeName;
 
 namespace tutti::capi {
 
-void runInit(ncclComm* c) {
-  tutti::log::setThreadRank(c->rank);
-  auto res = core::Comm::create(c->id, c->rank, c->nranks, c->config, c->backend, c->device);
-  if (!res) {
-    fail(static_cast<ncclResult_t>(res.status().code()),
-         fmt::format("ncclCommInitRank: rank {} of {}: {}", c->rank, c->nranks,
-                     res.status().message()),
-         c);
-    c->initState.store(static_cast<int>(res.status().code()));
-    return;
-  }
-  c->impl = std::move(res.value());
-  c->initState.store(ncclSuccess);
-}
-
-Result<std::thread> startInit(ncclComm* c) {
-  return tutti::base::startThread(
-      "init", fmt::format("init thread of rank {}", c->rank),
-      [c] {
-        runInit(c);
-        return Status::ok();
-      },
-      [c](Status st) {
-        // What runInit threw (it records its own errors otherwise).
-        if (st) return;
-        fail(static_cast<ncclResult_t>(st.code()), "ncclCommInitRank: " + st.message(), c);
-        c->initState.store(static_cast<int>(st.code()));
-      });
+ncclResult_t initResult(ncclComm* c, const char* fn) {
+  const tutti::Code st = c->init.state();
+  if (st == tutti::Code::kInProgress) return ncclInProgress;
+  if (st == tutti::Code::kOk) return ncclSuccess;
+  // The core logged the error when it happened; here it becomes the last error.
+  return record(
+      static_cast<ncclResult_t>(st),
+      std::string(fn) + ": communicator initialisation failed: " + c->init.status().message(), c);
 }
 
 // `device`: the device the communicator is bound to; -1: the calling thread's
@@ -75,7 +52,10 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
                 fmt::format("{}: invalid rank {} (nranks is {})", fn, rank, nranks));
   auto parsed = core::parseUniqueId(reinterpret_cast<const uint8_t*>(id.internal));
   if (!parsed) return fail(ncclInvalidArgument, std::string(fn) + ": " + parsed.status().message());
-  core::CommConfig cfg;
+  core::InitArgs args;
+  args.id = parsed.value();
+  args.rank = rank;
+  args.nranks = nranks;
   if (config) {
     if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
       return fail(ncclInvalidArgument,
@@ -84,11 +64,11 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
       if (config->blocking != 0 && config->blocking != 1)
         return fail(ncclInvalidArgument,
                     fmt::format("{}: config blocking={} (must be 0 or 1)", fn, config->blocking));
-      cfg.blocking = config->blocking == 1;
+      args.config.blocking = config->blocking == 1;
     }
-    if (config->commName) cfg.name = config->commName;
-    if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) cfg.minChannels = config->minCTAs;
-    if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) cfg.maxChannels = config->maxCTAs;
+    if (config->commName) args.config.name = config->commName;
+    if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) args.config.minChannels = config->minCTAs;
+    if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) args.config.maxChannels = config->maxCTAs;
   }
   auto backend = core::processBackend();
   if (!backend)
@@ -101,48 +81,39 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
                   std::string(fn) + ": " + current.status().message());
     device = current.value();
   }
-  auto* c = new ncclComm();
-  c->backend = backend.value();
-  c->device = device;
-  c->nranks = nranks;
-  c->rank = rank;
-  c->id = parsed.value();
-  c->config = cfg;
+  args.backend = backend.value();
+  args.device = device;
+  const bool blocking = args.config.blocking;
+  auto* c = new ncclComm(std::move(args));
   tutti::capi::registerComm(c);
   *out = c;
   if (capi::threadGroup().depth > 0) {
     capi::threadGroup().inits.push_back(c);
     return ncclSuccess;
   }
-  if (!cfg.blocking) {
-    auto t = startInit(c);
-    if (!t) {
-      c->initState.store(static_cast<int>(t.status().code()));
-      return fail(static_cast<ncclResult_t>(t.status().code()),
-                  std::string(fn) + ": " + t.status().message(), c);
-    }
-    c->initThread = std::move(t.value());
-    return ncclInProgress;
+  if (blocking) {
+    c->init.run();
+    return initResult(c, fn);
   }
-  runInit(c);
-  return static_cast<ncclResult_t>(c->initState.load());
+  c->init.start();
+  // ncclInProgress, or the error of a thread that could not start.
+  return initResult(c, fn);
 }
 
 void destroyComm(ncclComm* c, bool abort) {
   tutti::capi::unregisterComm(c);  // new calls on this handle fail from now on
-  if (c->initThread.joinable()) c->initThread.join();
-  if (c->impl) {
+  c->init.wait();
+  if (core::Comm* impl = c->impl()) {
     // ncclCommAbort may come from another thread while an operation runs:
     // raise the flag, then wait until that operation has noticed it (within
     // one stall check, 100 ms) and released the communicator.
     // Without abort, what the engine still runs ends first (core/engine.h).
     if (abort)
-      c->impl->abort();
+      impl->abort();
     else
-      c->impl->drainEngine();
-    std::lock_guard<std::mutex> lk(c->impl->mutex());
+      impl->drainEngine();
+    std::lock_guard<std::mutex> lk(impl->mutex());
   }
-  c->impl.reset();
   c->magic = 0;
   delete c;
 }
@@ -238,17 +209,17 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
       return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
     *newcomm = nullptr;
-    auto plan = comm->impl->split(color, key);
+    auto plan = comm->impl()->split(color, key);
     if (!plan) return fromStatus(plan.status().withContext("ncclCommSplit"), comm);
     if (plan->nranks == 0) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
     ncclUniqueId id;
     static_assert(sizeof(id.internal) == sizeof(plan->id), "unique id size");
     memcpy(id.internal, plan->id, sizeof(plan->id));
     ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
-    inherit.blocking = comm->config.blocking ? 1 : 0;
+    inherit.blocking = comm->blocking() ? 1 : 0;
     // Children keep the parent's device.
     return initRank("ncclCommSplit", newcomm, plan->nranks, id, plan->rank,
-                    config ? config : &inherit, comm->device);
+                    config ? config : &inherit, comm->device());
   });
 }
 TUTTI_PNCCL(ncclCommSplit)
@@ -258,9 +229,15 @@ TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     ncclResult_t rc = checkComm(comm, "ncclCommFinalize", false);
     if (rc != ncclSuccess) return rc;
     // Operations on the host path have completed when their call returned;
-    // those on device streams may still run on the engine: wait for them.
-    if (comm->impl) comm->impl->drainEngine();
+    // those on the engine (device streams, a non-blocking communicator) may
+    // still run: a blocking communicator waits for them here, a non-blocking
+    // one answers ncclInProgress until they have ended
+    // (ncclCommGetAsyncError).
     comm->finalized = true;
+    core::Comm* impl = comm->impl();
+    if (!impl) return ncclSuccess;  // not (yet) created: nothing runs
+    if (!comm->blocking()) return impl->engineBusy() ? ncclInProgress : ncclSuccess;
+    impl->drainEngine();
     return ncclSuccess;
   });
 }
@@ -294,14 +271,19 @@ TUTTI_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyn
     if (rc != ncclSuccess) return rc;
     if (!asyncError)
       return fail(ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL", comm);
-    int st = comm->initState.load();
-    if (st != ncclSuccess) {
-      if (st != ncclInProgress && comm->initThread.joinable()) comm->initThread.join();
-      *asyncError = static_cast<ncclResult_t>(st);
+    const ncclResult_t init = tutti::capi::initResult(comm, "ncclCommGetAsyncError");
+    if (init != ncclInProgress) comm->init.wait();  // the init thread has ended
+    if (init != ncclSuccess) {
+      *asyncError = init;
       return ncclSuccess;
     }
-    if (comm->initThread.joinable()) comm->initThread.join();
-    *asyncError = static_cast<ncclResult_t>(comm->impl->asyncErrorCode());
+    *asyncError = static_cast<ncclResult_t>(comm->impl()->asyncErrorCode());
+    if (*asyncError != ncclSuccess)  // an operation failed after its call returned
+      tutti::capi::record(*asyncError, comm->impl()->error().message(), comm);
+    // A non-blocking communicator's operations are in progress until its
+    // engine has run them (core/group.h, submitOne).
+    if (*asyncError == ncclSuccess && !comm->blocking() && comm->impl()->engineBusy())
+      *asyncError = ncclInProgress;
     return ncclSuccess;
   });
 }
@@ -312,7 +294,7 @@ TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
     ncclResult_t rc = checkComm(comm, "ncclCommCount", false);
     if (rc != ncclSuccess) return rc;
     if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL", comm);
-    *count = comm->nranks;
+    *count = comm->nranks();
     return ncclSuccess;
   });
 }
@@ -323,7 +305,7 @@ TUTTI_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
     ncclResult_t rc = checkComm(comm, "ncclCommCuDevice", false);
     if (rc != ncclSuccess) return rc;
     if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL", comm);
-    *device = comm->device;  // 0 on the CPU backend (docs/api.md)
+    *device = comm->device();  // 0 on the CPU backend (docs/api.md)
     return ncclSuccess;
   });
 }
@@ -334,7 +316,7 @@ TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
     ncclResult_t rc = checkComm(comm, "ncclCommUserRank", false);
     if (rc != ncclSuccess) return rc;
     if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL", comm);
-    *rank = comm->rank;
+    *rank = comm->rank();
     return ncclSuccess;
   });
 }

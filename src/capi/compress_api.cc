@@ -106,7 +106,7 @@ TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm,
                       ": config.size is too small (initialise it with "
                       "TUTTI_COMPRESSION_CONFIG_INITIALIZER)",
                   comm);
-    if (comm->initState.load() != ncclSuccess)
+    if (comm->init.state() != tutti::Code::kOk)
       return fail(ncclInvalidUsage, std::string(fn) + ": communicator is not initialised", comm);
     tuttiCompressionConfig_t cfg;
     bool feedback = false;
@@ -114,7 +114,7 @@ TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm,
     if (!why.empty()) return fail(ncclInvalidArgument, std::string(fn) + ": " + why, comm);
     auto c = std::make_unique<tuttiCompressor>();
     c->comm = comm;
-    c->impl = std::make_unique<tutti::core::Compressor>(comm->impl.get(), cfg, feedback);
+    c->impl = std::make_unique<tutti::core::Compressor>(comm->impl(), cfg, feedback);
     TUTTI_INFO(tutti::log::kColl, "{}: {} compressor{} for comm {}", fn, kindName(cfg.kind),
                feedback ? " with error feedback" : "", static_cast<void*>(comm));
     std::lock_guard<std::mutex> lk(g_mu);
@@ -134,8 +134,8 @@ TUTTI_API ncclResult_t tuttiCompressorDestroy(tuttiCompressor_t compressor) {
       g_live.erase(compressor);
     }
     // Its calls may still run on the communicator's engine.
-    if (tutti::capi::isLiveComm(compressor->comm) && compressor->comm->impl)
-      compressor->comm->impl->drainEngine();
+    if (tutti::capi::isLiveComm(compressor->comm) && compressor->comm->impl())
+      compressor->comm->impl()->drainEngine();
     compressor->magic = 0;
     delete compressor;
     return ncclSuccess;
@@ -182,9 +182,12 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
                   std::string(fn) + (sendbuff ? ": recvbuff is NULL" : ": sendbuff is NULL"), comm);
     TUTTI_INFO(tutti::log::kColl, "{}: sendbuff {} recvbuff {} count {} op {} key {} comm {}", fn,
                sendbuff, recvbuff, count, rop, key, static_cast<void*>(comm));
-    tutti::Status st = compressor->impl->submit(sendbuff, recvbuff, count, rop, key, rows, cols,
-                                                reinterpret_cast<tutti::core::Queue>(stream));
-    return st ? ncclSuccess : tutti::capi::fromStatus(st, comm);
+    bool inProgress = false;
+    tutti::Status st =
+        compressor->impl->submit(sendbuff, recvbuff, count, rop, key, rows, cols,
+                                 reinterpret_cast<tutti::core::Queue>(stream), &inProgress);
+    if (!st) return tutti::capi::fromStatus(st, comm);
+    return inProgress ? ncclInProgress : ncclSuccess;
   });
 }
 

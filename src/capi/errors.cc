@@ -55,6 +55,11 @@ bool isLiveComm(const ncclComm* c) {
 ncclResult_t fail(ncclResult_t code, const std::string& message, ncclComm_t comm) {
   if (code == ncclSuccess || code == ncclInProgress) return code;
   TUTTI_WARN("{}", message);
+  return record(code, message, comm);
+}
+
+ncclResult_t record(ncclResult_t code, const std::string& message, ncclComm_t comm) {
+  if (code == ncclSuccess || code == ncclInProgress) return code;
   t_lastError = message;
   if (comm && isLiveComm(comm)) {
     std::lock_guard<std::mutex> lk(comm->errMu);

@@ -18,6 +18,8 @@ namespace tutti::capi {
 
 // Records `message` as the last error (thread-local, and on `comm` if non-null).
 ncclResult_t fail(ncclResult_t code, const std::string& message, ncclComm_t comm = nullptr);
+// Like fail(), without the WARN line: for an error the core has logged.
+ncclResult_t record(ncclResult_t code, const std::string& message, ncclComm_t comm = nullptr);
 // Status -> ncclResult_t, recording the message when not ok.
 ncclResult_t fromStatus(const Status& st, ncclComm_t comm = nullptr);
 // The message ncclGetLastError returns.

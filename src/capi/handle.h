@@ -1,39 +1,34 @@
 // What ncclComm_t points to, and the registry of live handles. A handle holds
-// what the C boundary needs (init arguments and state, the last error); the
-// communicator's state is tutti::core::Comm.
+// what the C boundary needs (the communicator's creation, the last error);
+// the communicator's state is tutti::core::Comm, created by core::CommInit.
 //
 // A handle is valid from ncclCommInit* until ncclCommDestroy/Abort; the
 // registry lets every API call reject a NULL, destroyed or foreign pointer
 // with a clear error instead of crashing.
 #pragma once
 
-#include <atomic>
-#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
-#include "core/backend.h"
 #include "core/comm.h"
+#include "core/init.h"
 #include "nccl.h"
 
 struct ncclComm {
   static constexpr uint64_t kMagic = 0x7475747469636f6dull;  // "tutticom"
+  explicit ncclComm(tutti::core::InitArgs args) : init(std::move(args)) {}
+
   uint64_t magic = kMagic;
-  // The communicator itself, once initialisation has succeeded.
-  std::unique_ptr<tutti::core::Comm> impl;
-  // What ncclCommInit* was given: the communicator is created from these
-  // (at once, at ncclGroupEnd, or on initThread for a non-blocking one).
-  int nranks = 0;
-  int rank = -1;
-  tutti::core::UniqueIdData id{};
-  tutti::core::CommConfig config;
-  tutti::core::Backend* backend = nullptr;  // the process's device backend
-  int device = 0;                           // the device this rank is bound to
-  // Initialisation state: ncclInProgress while a deferred or non-blocking
-  // init runs, then its result.
-  std::atomic<int> initState{ncclInProgress};
-  std::thread initThread;
+  // What ncclCommInit* was given and, once created (at once, at ncclGroupEnd,
+  // or on a thread of its own for a non-blocking communicator), the
+  // communicator.
+  tutti::core::CommInit init;
+  // The communicator; null until init.state() is kOk.
+  tutti::core::Comm* impl() const { return init.comm(); }
+  int rank() const { return init.args().rank; }
+  int nranks() const { return init.args().nranks; }
+  int device() const { return init.args().device; }
+  bool blocking() const { return init.args().config.blocking; }
   bool finalized = false;
 
   std::mutex errMu;

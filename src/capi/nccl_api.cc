@@ -9,7 +9,6 @@
 #include <cstring>
 #include <mutex>
 
-#include "backends/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "capi/errors.h"
 #include "capi/export.h"
@@ -60,20 +59,22 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady) {
         ncclInvalidArgument,
         std::string(fn) + ": comm is not a valid communicator (destroyed or never created)");
   if (!needReady) return ncclSuccess;
-  int st = comm->initState.load();
-  if (st == ncclInProgress)
+  const tutti::Code st = comm->init.state();
+  if (st == tutti::Code::kInProgress)
     return fail(ncclInvalidUsage,
                 std::string(fn) +
                     ": communicator initialisation has not completed (call "
                     "ncclGroupEnd, or poll ncclCommGetAsyncError)",
                 comm);
-  if (st != ncclSuccess)
-    return fail(static_cast<ncclResult_t>(st),
-                std::string(fn) + ": communicator initialisation failed", comm);
+  if (st != tutti::Code::kOk)
+    return fail(
+        static_cast<ncclResult_t>(st),
+        std::string(fn) + ": communicator initialisation failed: " + comm->init.status().message(),
+        comm);
   if (comm->finalized)
     return fail(ncclInvalidUsage, std::string(fn) + ": communicator was finalized", comm);
   // In error state or aborted: the core's one answer (Comm::usable).
-  return fromStatus(comm->impl->usable().withContext(fn), comm);
+  return fromStatus(comm->impl()->usable().withContext(fn), comm);
 }
 
 ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {
@@ -215,24 +216,7 @@ TUTTI_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpCreatePreMulSum: invalid scalar residence {}", where),
                   comm);
-    core::UserRedOp u;
-    u.live = true;
-    u.dt = dt;
-    u.residence = where;
-    u.ptr = scalar;
-    if (where == ncclScalarHostImmediate) {
-      u.value = tutti::cpu::scalarValue(scalar, dt);
-      memcpy(&u.raw, scalar, tutti::dataTypeSize(static_cast<tutti::DataType>(dt)));
-    }
-    comm->impl->drainEngine();  // queued operations read the table
-    auto& userOps = comm->impl->userOps();
-    size_t idx = 0;
-    while (idx < userOps.size() && userOps[idx].live) ++idx;
-    if (idx == userOps.size())
-      userOps.push_back(u);
-    else
-      userOps[idx] = u;
-    *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(idx));
+    *op = static_cast<ncclRedOp_t>(comm->impl()->createPreMulSum(scalar, dt, where));
     return ncclSuccess;
   });
 }
@@ -247,16 +231,12 @@ TUTTI_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpDestroy: op {} is built-in and cannot be destroyed", v),
                   comm);
-    if (comm->initState.load() != ncclSuccess)
+    if (comm->init.state() != tutti::Code::kOk)
       return fail(ncclInvalidUsage, "ncclRedOpDestroy: communicator is not initialised", comm);
-    comm->impl->drainEngine();  // queued operations read the table
-    auto& userOps = comm->impl->userOps();
-    size_t idx = static_cast<size_t>(v) - ncclNumOps;
-    if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
+    if (!comm->impl()->destroyUserOp(v))
       return fail(ncclInvalidArgument,
                   fmt::format("ncclRedOpDestroy: op {} was not created on this communicator", v),
                   comm);
-    userOps[idx].live = false;
     return ncclSuccess;
   });
 }
@@ -303,7 +283,7 @@ TUTTI_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_
     if (!buff && size) return fail(ncclInvalidArgument, "ncclCommRegister: buff is NULL", comm);
     // Host memory needs no registration for shm/TCP; the handle records the
     // range so later transports (RDMA) can register it.
-    *handle = comm->impl->registerRange(buff, size);
+    *handle = comm->impl()->registerRange(buff, size);
     return ncclSuccess;
   });
 }
@@ -313,7 +293,7 @@ TUTTI_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return guard("ncclCommDeregister", [&] {
     ncclResult_t rc = checkComm(comm, "ncclCommDeregister", false);
     if (rc != ncclSuccess) return rc;
-    if (comm->initState.load() != ncclSuccess || !comm->impl->deregister(handle))
+    if (comm->init.state() != tutti::Code::kOk || !comm->impl()->deregister(handle))
       return fail(ncclInvalidArgument,
                   "ncclCommDeregister: handle was not returned by ncclCommRegister on this "
                   "communicator (or was already deregistered)",

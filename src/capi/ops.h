@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstring>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -56,11 +55,10 @@ inline bool inGroup() { return threadGroup().depth > 0; }
 // to; -1: the calling thread's current device (the CPU backend's is always 0).
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
                       const ncclConfig_t* config, int device = -1);
-// Creates the handle's communicator and records the result in initState;
-// startInit does it on a thread (base::startThread: what it throws is that
-// result too), or returns why the thread cannot start.
-void runInit(ncclComm* c);
-Result<std::thread> startInit(ncclComm* c);
+// The state of `c`'s creation as the API reports it: ncclInProgress while it
+// runs, else its result, an error recorded as the last error (the core has
+// logged it).
+ncclResult_t initResult(ncclComm* c, const char* fn);
 // Unregisters and frees a handle; abort: ends an operation in flight first.
 void destroyComm(ncclComm* c, bool abort);
 

@@ -72,19 +72,15 @@ void noteNotSupported(const char* fn, ncclComm_t comm = nullptr) {
 
 // Fault-tolerance revoke: not supported (ncclCommAbort is the way to stop a
 // communicator in tutti today).
-TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  (void)revokeFlags;
+TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int /*revokeFlags*/) {
   return guard("ncclCommRevoke", [&] { return notSupported("ncclCommRevoke", comm); });
 }
 TUTTI_PNCCL(ncclCommRevoke)
 
 // Not supported; *newcomm is set to NULL.
-TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
-                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  (void)excludeRanksList;
-  (void)excludeRanksCount;
-  (void)config;
-  (void)shrinkFlags;
+TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* /*excludeRanksList*/,
+                                      int /*excludeRanksCount*/, ncclComm_t* newcomm,
+                                      ncclConfig_t* /*config*/, int /*shrinkFlags*/) {
   return guard("ncclCommShrink", [&] {
     if (newcomm != nullptr) *newcomm = nullptr;
     return notSupported("ncclCommShrink", comm);
@@ -95,11 +91,8 @@ TUTTI_PNCCL(ncclCommShrink)
 // ---- Symmetric memory windows ------------------------------------------------------
 
 // Not supported; *win is set to NULL.
-TUTTI_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
-                                              ncclWindow_t* win, int winFlags) {
-  (void)buff;
-  (void)size;
-  (void)winFlags;
+TUTTI_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* /*buff*/, size_t /*size*/,
+                                              ncclWindow_t* win, int /*winFlags*/) {
   return guard("ncclCommWindowRegister", [&] {
     if (win != nullptr) *win = nullptr;
     return notSupported("ncclCommWindowRegister", comm);
@@ -107,8 +100,7 @@ TUTTI_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_
 }
 TUTTI_PNCCL(ncclCommWindowRegister)
 
-TUTTI_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  (void)win;
+TUTTI_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t /*win*/) {
   return guard("ncclCommWindowDeregister",
                [&] { return notSupported("ncclCommWindowDeregister", comm); });
 }
@@ -118,8 +110,7 @@ TUTTI_PNCCL(ncclCommWindowDeregister)
 
 // Not supported: simInfo is left untouched. NOTE: the enclosing group is not
 // ended by this call; callers must still end it with ncclGroupEnd.
-TUTTI_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  (void)simInfo;
+TUTTI_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* /*simInfo*/) {
   return guard("ncclGroupSimulateEnd", [&] { return notSupported("ncclGroupSimulateEnd"); });
 }
 TUTTI_PNCCL(ncclGroupSimulateEnd)
@@ -153,16 +144,14 @@ TUTTI_API void ncclResetDebugInitInternal(void) {
 
 // ---- Device API (host side of nccl_device.h) --------------------------------------------
 
-TUTTI_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const devapi::DevCommRequirements* reqs,
-                                         devapi::DevComm* outDevComm) {
-  (void)reqs;
-  (void)outDevComm;
+TUTTI_API ncclResult_t ncclDevCommCreate(ncclComm_t comm,
+                                         const devapi::DevCommRequirements* /*reqs*/,
+                                         devapi::DevComm* /*outDevComm*/) {
   return guard("ncclDevCommCreate", [&] { return notSupported("ncclDevCommCreate", comm); });
 }
 TUTTI_PNCCL(ncclDevCommCreate)
 
-TUTTI_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const devapi::DevComm* devComm) {
-  (void)devComm;
+TUTTI_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const devapi::DevComm* /*devComm*/) {
   return guard("ncclDevCommDestroy", [&] { return notSupported("ncclDevCommDestroy", comm); });
 }
 TUTTI_PNCCL(ncclDevCommDestroy)
@@ -189,64 +178,45 @@ TUTTI_API devapi::Team ncclTeamRail(ncclComm_t comm) {
 TUTTI_PNCCL(ncclTeamRail)
 
 // Not supported: returns -1 (no such rank) rather than 0, which is a valid rank.
-TUTTI_API int ncclTeamRankToWorld(ncclComm_t comm, devapi::Team team, int rank) {
-  (void)team;
-  (void)rank;
+TUTTI_API int ncclTeamRankToWorld(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
   noteNotSupported("ncclTeamRankToWorld", comm);
   return devapi::kNoRank;
 }
 TUTTI_PNCCL(ncclTeamRankToWorld)
 
 // Not supported: returns -1 (no such rank).
-TUTTI_API int ncclTeamRankToLsa(ncclComm_t comm, devapi::Team team, int rank) {
-  (void)team;
-  (void)rank;
+TUTTI_API int ncclTeamRankToLsa(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
   noteNotSupported("ncclTeamRankToLsa", comm);
   return devapi::kNoRank;
 }
 TUTTI_PNCCL(ncclTeamRankToLsa)
 
-TUTTI_API ncclResult_t ncclLsaBarrierCreateRequirement(devapi::Team team, int nBarriers,
-                                                       devapi::LsaBarrierHandle* outHandle,
-                                                       devapi::DevResourceRequirements* outReq) {
-  (void)team;
-  (void)nBarriers;
-  (void)outHandle;
-  (void)outReq;
+TUTTI_API ncclResult_t ncclLsaBarrierCreateRequirement(
+    devapi::Team /*team*/, int /*nBarriers*/, devapi::LsaBarrierHandle* /*outHandle*/,
+    devapi::DevResourceRequirements* /*outReq*/) {
   return guard("ncclLsaBarrierCreateRequirement",
                [] { return notSupported("ncclLsaBarrierCreateRequirement"); });
 }
 TUTTI_PNCCL(ncclLsaBarrierCreateRequirement)
 
-TUTTI_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, devapi::Team team,
-                                                       int nBarriers,
-                                                       devapi::GinBarrierHandle* outHandle,
-                                                       devapi::DevResourceRequirements* outReq) {
-  (void)team;
-  (void)nBarriers;
-  (void)outHandle;
-  (void)outReq;
+TUTTI_API ncclResult_t ncclGinBarrierCreateRequirement(
+    ncclComm_t comm, devapi::Team /*team*/, int /*nBarriers*/,
+    devapi::GinBarrierHandle* /*outHandle*/, devapi::DevResourceRequirements* /*outReq*/) {
   return guard("ncclGinBarrierCreateRequirement",
                [&] { return notSupported("ncclGinBarrierCreateRequirement", comm); });
 }
 TUTTI_PNCCL(ncclGinBarrierCreateRequirement)
 
 // Not supported: returns 0 slots.
-TUTTI_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
-  (void)maxElts;
-  (void)maxEltSize;
+TUTTI_API int ncclLLA2ACalcSlots(int /*maxElts*/, int /*maxEltSize*/) {
   noteNotSupported("ncclLLA2ACalcSlots");
   return 0;
 }
 TUTTI_PNCCL(ncclLLA2ACalcSlots)
 
-TUTTI_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
-                                                  devapi::LLA2AHandle* outHandle,
-                                                  devapi::DevResourceRequirements* outReq) {
-  (void)nBlocks;
-  (void)nSlots;
-  (void)outHandle;
-  (void)outReq;
+TUTTI_API ncclResult_t ncclLLA2ACreateRequirement(int /*nBlocks*/, int /*nSlots*/,
+                                                  devapi::LLA2AHandle* /*outHandle*/,
+                                                  devapi::DevResourceRequirements* /*outReq*/) {
   return guard("ncclLLA2ACreateRequirement",
                [] { return notSupported("ncclLLA2ACreateRequirement"); });
 }

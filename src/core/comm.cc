@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "algo/cost_model.h"
+#include "backends/cpu/cpu_backend.h"
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -306,6 +307,39 @@ Engine& Comm::engine() {
 void Comm::drainEngine() {
   // A communicator that never queued anything pays one load here.
   if (Engine* e = engineSeen_.load(std::memory_order_acquire)) e->drain();
+}
+
+int Comm::createPreMulSum(const void* scalar, int dt, int residence) {
+  UserRedOp u;
+  u.live = true;
+  u.dt = dt;
+  u.residence = residence;
+  u.ptr = scalar;
+  if (residence == ncclScalarHostImmediate) {
+    u.value = cpu::scalarValue(scalar, dt);
+    memcpy(&u.raw, scalar, dataTypeSize(static_cast<DataType>(dt)));
+  }
+  drainEngine();
+  size_t idx = 0;
+  while (idx < userOps_.size() && userOps_[idx].live) ++idx;
+  if (idx == userOps_.size())
+    userOps_.push_back(u);
+  else
+    userOps_[idx] = u;
+  return ncclNumOps + static_cast<int>(idx);
+}
+
+bool Comm::destroyUserOp(int op) {
+  const size_t idx = static_cast<size_t>(op) - ncclNumOps;
+  if (op < ncclNumOps || idx >= userOps_.size() || !userOps_[idx].live) return false;
+  drainEngine();
+  userOps_[idx].live = false;
+  return true;
+}
+
+bool Comm::engineBusy() const {
+  const Engine* e = engineSeen_.load(std::memory_order_acquire);
+  return e && !e->idle();
 }
 
 Status Comm::usable() const {

@@ -156,8 +156,14 @@ class Comm {
 
   // PreMulSum operators created on this communicator; op value
   // ncclNumOps + i is userOps()[i] (its `live` says whether it still exists).
-  // Operations queued on the engine read it: drainEngine() before changing it.
-  std::vector<UserRedOp>& userOps() { return userOps_; }
+  // Operations queued on the engine read the table: the two calls that change
+  // it drain the engine first. createPreMulSum: a new operator on `dt` whose
+  // scalar lives at `scalar` (ncclScalarDevice: read at each use) or is
+  // copied now (ncclScalarHostImmediate); its op value, a freed slot reused.
+  // destroyUserOp: false when `op` is no live operator of this communicator.
+  const std::vector<UserRedOp>& userOps() const { return userOps_; }
+  int createPreMulSum(const void* scalar, int dt, int residence);
+  bool destroyUserOp(int op);
   // ncclCommRegister's records: the handle is the record's address.
   void* registerRange(void* base, size_t bytes);
   bool deregister(void* handle);
@@ -175,6 +181,8 @@ class Comm {
   // for whatever it still runs (no-op without one).
   Engine& engine();
   void drainEngine();
+  // Operations are queued or running on the engine (false without one).
+  bool engineBusy() const;
   // The planner's cache of the last collective run alone (core/group.cc).
   std::shared_ptr<LoneWork>& loneWork() { return loneWork_; }
 

@@ -362,7 +362,9 @@ Status Compressor::allReduce(const void* send, void* recv, size_t count, int op,
 }
 
 Status Compressor::submit(const void* send, void* recv, size_t count, int op,
-                          unsigned long long key, size_t rows, size_t cols, Queue stream) {
+                          unsigned long long key, size_t rows, size_t cols, Queue stream,
+                          bool* inProgress) {
+  *inProgress = false;
   // The shape a key was first used with, checked before anything is queued.
   // (A key used only with count 0 so far has no shape yet.)
   auto [it, fresh] = shapes_.try_emplace(key, Shape{count, rows, cols});
@@ -374,10 +376,15 @@ Status Compressor::submit(const void* send, void* recv, size_t count, int op,
         fmt::format("{}: key {} was used with count {} ({} x {}), now count {} ({} x {}); "
                     "a key names one gradient",
                     kFn, key, was.count, was.rows, was.cols, count, rows, cols));
-  if (runsOnEngine(*comm_, stream))
-    return comm_->engine().submit({stream}, [=](Queue own) {
-      return allReduce(send, recv, count, op, key, rows, cols, own);
-    });
+  auto job = [=](Queue own) { return allReduce(send, recv, count, op, key, rows, cols, own); };
+  if (runsOnEngine(*comm_, stream)) return comm_->engine().submit({stream}, job);
+  if (!comm_->config().blocking) {
+    std::vector<Queue> streams;
+    if (stream && !comm_->backend().hostOnly()) streams.push_back(stream);
+    Status st = comm_->engine().submit(streams, job, false);
+    *inProgress = st.isOk();
+    return st;
+  }
   comm_->drainEngine();
   return allReduce(send, recv, count, op, key, rows, cols, stream);
 }

@@ -49,10 +49,12 @@ class Compressor {
   // One compressed all-reduce (op: ncclSum or ncclAvg; rows x cols:
   // PowerSGD's matrix shape, checked against the key's first use here): on
   // the communicator's engine when `stream` is a device stream it takes
-  // (core/group.h, runsOnEngine: queued, returns at once), else here after
-  // what the engine still runs.
+  // (core/group.h, runsOnEngine: queued, returns at once) or the
+  // communicator is non-blocking (queued; *inProgress set: done when
+  // Comm::engineBusy() turns false), else here after what the engine still
+  // runs.
   Status submit(const void* send, void* recv, size_t count, int op, unsigned long long key,
-                size_t rows, size_t cols, Queue stream);
+                size_t rows, size_t cols, Queue stream, bool* inProgress);
   // This rank's counters since creation (wireBytesSent included), once what
   // the engine still runs has finished.
   tuttiCompressionStats_t stats() const;

@@ -20,7 +20,7 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
 }
 
-Status Engine::submit(const std::vector<Queue>& streams, Job job) {
+Status Engine::submit(const std::vector<Queue>& streams, Job job, bool hold) {
   Task t;
   t.job = std::move(job);
   // Undoes what is set up so far: the streams already held are released.
@@ -34,6 +34,7 @@ Status Engine::submit(const std::vector<Queue>& streams, Job job) {
     if (!ready) return undo(ready.status());
     t.ready.push_back(ready.value());
     if (Status st = be_.eventRecord(ready.value(), s); !st) return undo(st);
+    if (!hold) continue;
     auto release = be_.hostEventCreate(device);
     if (!release) return undo(release.status());
     t.release.push_back(release.value());
@@ -149,8 +150,10 @@ void Engine::run() {
       tasks_.pop_front();
     }
     Status st = started;
+    bool ran = false;  // else it failed fast: the communicator was broken already
     try {
       if (st) st = comm_->usable();
+      ran = st.isOk();
       if (st) st = waitReady(t);
       if (st) st = t.job(queue_);
     } catch (const std::bad_alloc&) {
@@ -160,7 +163,11 @@ void Engine::run() {
     } catch (...) {
       st = internalError("communicator engine: unknown exception");
     }
-    if (!st) comm_->setError(st);  // the first error sticks; later jobs fail at once
+    if (!st) {
+      // Its call has returned: the log is where the error is seen first.
+      if (ran) TUTTI_WARN("an operation queued on the communicator failed: {}", st.message());
+      comm_->setError(st);  // the first error sticks; later jobs fail at once
+    }
     finish(t);
     std::lock_guard<std::mutex> lk(mu_);
     ++finished_;

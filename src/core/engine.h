@@ -3,22 +3,26 @@
 // queued.
 //
 // Contract
-// - submit(streams, job): the job starts once the work queued on each of
-//   `streams` before the call has completed (a backend event recorded on
-//   each, polled by the engine), and later work on those streams waits until
-//   the job has finished (a host event each stream waits on, signalled by the
-//   engine thread whether the job succeeded or not): no host thread blocks in
-//   between. The job runs on the engine thread, with the engine's own queue
-//   on the communicator's device for its copies and kernels (never the
-//   caller's streams: they are held until the job ends). submit() returns
-//   once the job is queued, or with the error of setting up its events
-//   (nothing is queued then). Requires Backend::hasHostEvents().
+// - submit(streams, job, hold): the job starts once the work queued on each
+//   of `streams` before the call has completed (a backend event recorded on
+//   each, polled by the engine). With `hold`, later work on those streams
+//   waits until the job has finished (a host event each stream waits on,
+//   signalled by the engine thread whether the job succeeded or not): no
+//   host thread blocks in between; this requires Backend::hasHostEvents().
+//   Without it, nothing holds the streams: the caller learns of the end
+//   through busy() (a non-blocking communicator's ncclInProgress). The job
+//   runs on the engine thread, with the engine's own queue on the
+//   communicator's device for its copies and kernels (never the caller's
+//   streams: they may be held until the job ends). submit() returns once the
+//   job is queued, or with the error of setting up its events (nothing is
+//   queued then).
 // - Jobs run one at a time, in submission order. A job that fails breaks the
 //   communicator (Comm::setError): later jobs fail at once, their streams are
 //   still released, and ncclCommGetAsyncError reports the error. So does an
 //   abort (Comm::abort), which also ends the wait for a stream.
 // - drain(): returns once every job submitted so far has finished. idle():
-//   nothing is queued or running.
+//   nothing is queued or running (what it reads, the jobs' effects included,
+//   happened before it returned true).
 // - One thread per communicator, started by the first submit (a communicator
 //   that never has an operation on a device stream has none); it catches
 //   everything; the destructor drains (or, once the communicator is aborted,
@@ -48,7 +52,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  Status submit(const std::vector<Queue>& streams, Job job);
+  Status submit(const std::vector<Queue>& streams, Job job, bool hold = true);
   void drain();
   bool idle() const;
   // Jobs run so far (tests: the thread count stays one however many run).

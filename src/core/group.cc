@@ -897,33 +897,47 @@ bool runsOnEngine(Comm& comm, Queue stream) {
 namespace {
 
 // Operations of one communicator, all for its engine: queued as one job that
-// runs them on the engine's queue.
-RunResult submitToEngine(std::vector<Op> ops) {
+// runs them on the engine's queue. `hold`: every operation is on a stream the
+// engine holds until the job ends (runsOnEngine); otherwise (a non-blocking
+// communicator) the engine still waits for the device streams' earlier work.
+RunResult submitToEngine(std::vector<Op> ops, bool hold) {
   Comm& comm = *ops[0].comm;
+  const bool device = !comm.backend().hostOnly();
   std::vector<Queue> streams;
   for (const Op& o : ops)
-    if (std::find(streams.begin(), streams.end(), o.stream) == streams.end())
+    if (device && o.stream && std::find(streams.begin(), streams.end(), o.stream) == streams.end())
       streams.push_back(o.stream);
-  Status st = comm.engine().submit(streams, [ops = std::move(ops)](Queue q) mutable {
-    for (Op& o : ops) o.stream = q;
-    return ops.size() == 1 ? runOne(ops[0]).status : runGroup(ops).status;
-  });
-  return st ? RunResult{} : RunResult{st, &comm};
+  Status st = comm.engine().submit(
+      streams,
+      [ops = std::move(ops)](Queue q) mutable {
+        for (Op& o : ops) o.stream = q;
+        return ops.size() == 1 ? runOne(ops[0]).status : runGroup(ops).status;
+      },
+      hold);
+  if (!st) return RunResult{st, &comm};
+  RunResult queued;
+  queued.inProgress = !hold;
+  return queued;
 }
 
 }  // namespace
 
 RunResult submitOne(const Op& op) {
-  if (runsOnEngine(*op.comm, op.stream)) return submitToEngine({op});
+  if (runsOnEngine(*op.comm, op.stream)) return submitToEngine({op}, true);
+  if (!op.comm->config().blocking) return submitToEngine({op}, false);
   op.comm->drainEngine();  // in call order with what it still runs
   return runOne(op);
 }
 
 RunResult submitGroup(std::vector<Op>& ops) {
   if (ops.empty()) return {};
-  bool engine = true;
-  for (const Op& o : ops) engine &= o.comm == ops[0].comm && runsOnEngine(*o.comm, o.stream);
-  if (engine) return submitToEngine(ops);
+  bool one = true, held = true;
+  for (const Op& o : ops) {
+    one &= o.comm == ops[0].comm;
+    held &= runsOnEngine(*o.comm, o.stream);
+  }
+  if (one && held) return submitToEngine(ops, true);
+  if (one && !ops[0].comm->config().blocking) return submitToEngine(ops, false);
   // Several communicators progress together on this thread (one thread may
   // drive every rank of a communicator), after what their engines still run.
   for (const Op& o : ops) o.comm->drainEngine();

@@ -41,20 +41,27 @@ namespace tutti::core {
 struct RunResult {
   Status status;
   Comm* comm = nullptr;  // where the error belongs (null when ok)
+  // Queued on a non-blocking communicator's engine with nothing to hold a
+  // stream: the API answers ncclInProgress (submitOne / submitGroup).
+  bool inProgress = false;
 };
 
 RunResult runOne(const Op& op);
 RunResult runGroup(std::vector<Op>& ops);
 
-// What the API calls: like runOne / runGroup, but operations of one
-// communicator on device streams (a device backend with host events, every
-// operation on a non-NULL stream) are queued on the communicator's engine
-// (core/engine.h) and the call returns at once; the data is produced in
-// stream order. Everything else runs on the caller's thread after what the
-// engines of its communicators still run, and is complete on return.
+// What the API calls: like runOne / runGroup, but the operations of one
+// communicator go to its engine (core/engine.h) and the call returns at once
+// - on device streams (a device backend with host events, every operation
+//   on a non-NULL stream): the data is produced in stream order;
+// - on a non-blocking communicator (config.blocking = 0), whatever the
+//   memory and the stream: the result has inProgress set, and the work has
+//   completed when Comm::engineBusy() turns false (ncclCommGetAsyncError);
+//   the engine still waits for the work queued earlier on a device stream.
+// Everything else runs on the caller's thread after what the engines of its
+// communicators still run, and is complete on return.
 RunResult submitOne(const Op& op);
 RunResult submitGroup(std::vector<Op>& ops);
-// Whether work for `comm` on `stream` goes to its engine.
+// Whether work for `comm` on `stream` is held in stream order by its engine.
 bool runsOnEngine(Comm& comm, Queue stream);
 
 // How many plans `comm` has built (a call that reuses a kept one builds

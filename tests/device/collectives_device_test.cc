@@ -99,7 +99,7 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70000}}) {
     SCOPED_TRACE(::testing::Message() << backendName() << ", " << n << " ranks, count " << count);
     runRanks(n, [&](int r, ncclComm_t comm) {
-      const uint64_t opsBefore = comm->impl->deviceIpc() ? comm->impl->deviceIpc()->operations() : 0;
+      const uint64_t opsBefore = comm->impl()->deviceIpc() ? comm->impl()->deviceIpc()->operations() : 0;
       const size_t all = count * n;
       DevInts send(all), recv(all);
       // all-reduce, out of place and in place (sum)
@@ -192,10 +192,10 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
       EXPECT_EQ(pairRecv.get(count), rankData((r + n - 1) % n, count, count))
           << "grouped send/recv";
       // The path taken: device to device when the backend offers IPC.
-      EXPECT_EQ(comm->impl->deviceIpc() != nullptr, ipcExpected(n));
+      EXPECT_EQ(comm->impl()->deviceIpc() != nullptr, ipcExpected(n));
       // 11 collectives above (none when count is 0; send/recv are staged).
-      if (comm->impl->deviceIpc()) {
-        EXPECT_EQ(comm->impl->deviceIpc()->operations() - opsBefore, count ? 11u : 0u);
+      if (comm->impl()->deviceIpc()) {
+        EXPECT_EQ(comm->impl()->deviceIpc()->operations() - opsBefore, count ? 11u : 0u);
       }
     });
   }
@@ -244,7 +244,7 @@ TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
       for (int k = 0; k < n; ++k)
         EXPECT_EQ(recv[r]->get(count / n, count + k * (count / n)), rankData(k, count / n))
             << "rank " << r << " all-gather block " << k;
-      EXPECT_EQ(comms[r]->impl->deviceIpc() != nullptr, ipcExpected(n));
+      EXPECT_EQ(comms[r]->impl()->deviceIpc() != nullptr, ipcExpected(n));
     }
   }
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);

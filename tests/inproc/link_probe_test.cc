@@ -25,7 +25,7 @@ const algo::CostModel kDefaults{};
 std::vector<algo::CostModel> costModels(int n) {
   std::vector<algo::CostModel> models(n);
   runRanks(n, [&](int r, ncclComm_t comm) {
-    models[r] = comm->impl->costModel();
+    models[r] = comm->impl()->costModel();
     std::vector<int32_t> in(100003), out(in.size(), 0);
     for (size_t i = 0; i < in.size(); ++i) in[i] = r + static_cast<int32_t>(i % 11);
     ASSERT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, comm, nullptr),

@@ -257,8 +257,8 @@ TEST_F(OneShotEnv, PlacesEachRanksSlotsOnItsNumaNode) {
     CPU_SET(cpu, &one);
     ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
     runRanks(3, [&](int r, ncclComm_t comm) {  // rank threads inherit the mask
-      EXPECT_EQ(comm->impl->homeNuma(), 0) << "rank " << r;
-      core::OneShot* os = comm->impl->oneShot();
+      EXPECT_EQ(comm->impl()->homeNuma(), 0) << "rank " << r;
+      core::OneShot* os = comm->impl()->oneShot();
       ASSERT_NE(os, nullptr);
       auto [mine, bytes] = os->arena().ownSlots();
       EXPECT_EQ(reinterpret_cast<uintptr_t>(mine) % 4096, 0u);
@@ -294,7 +294,7 @@ TEST_F(OneShotEnv, SingleCopyAllGatherAndBroadcast) {
   Env env({{"TUTTI_CMA", "1"}, {"TUTTI_CMA_MIN_BYTES", "0"}});
   for (int n : {2, 3, 5}) {
     runRanks(n, [n](int r, ncclComm_t comm) {
-      core::OneShot* os = comm->impl->oneShot();
+      core::OneShot* os = comm->impl()->oneShot();
       ASSERT_NE(os, nullptr);
       ASSERT_TRUE(os->singleCopy());
       const uint64_t before = os->directOps();
@@ -350,7 +350,7 @@ TEST_F(OneShotEnv, SingleCopyOnlyWhereAsked) {
   for (const char* cma : {"0", "1"}) {
     Env env({{"TUTTI_CMA", cma}, {"TUTTI_CMA_MIN_BYTES", "64K"}});
     runRanks(3, [cma](int r, ncclComm_t comm) {
-      core::OneShot* os = comm->impl->oneShot();
+      core::OneShot* os = comm->impl()->oneShot();
       ASSERT_NE(os, nullptr);
       EXPECT_EQ(os->singleCopy(), cma[0] == '1');
       std::vector<int32_t> in(40000), out(40000 * 3);

@@ -1,0 +1,78 @@
+// Creating a communicator: at once on the caller's thread, together with
+// others at the end of a group, or on a thread of its own (a non-blocking
+// communicator). ncclCommInit* and the children of ncclCommSplit come here.
+//
+// Contract
+// - A CommInit holds what Comm::create needs and, once the creation has
+//   finished, its result: the communicator, or the error (logged at WARN
+//   when it happens, naming the rank, so that an error nobody polls for is
+//   still seen).
+// - state(): Code::kInProgress until the creation has finished, then kOk or
+//   the error's code. Once it reads kOk, comm() is the communicator (the
+//   store of the state publishes it); status() is the error otherwise.
+// - run(): creates on the calling thread. start(): on a thread of its own
+//   (base::startThread: what the creation throws becomes its error); when
+//   that thread cannot start, the creation has finished with that error.
+//   runAll(): several at once, one thread each when there is more than one
+//   (one thread may create every rank of a communicator), returning when
+//   all have finished.
+// - wait(): returns once the creation has finished (joins its thread).
+//   The destructor waits too: a creation ends by success, by error, or at
+//   TUTTI_INIT_TIMEOUT.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+
+namespace tutti::core {
+
+struct InitArgs {
+  UniqueIdData id{};
+  int rank = -1;
+  int nranks = 0;
+  CommConfig config;
+  Backend* backend = nullptr;  // the process's device backend
+  int device = 0;              // the device the communicator is bound to
+};
+
+class CommInit {
+ public:
+  explicit CommInit(InitArgs args) : args_(std::move(args)) {}
+  ~CommInit() { wait(); }
+  CommInit(const CommInit&) = delete;
+  CommInit& operator=(const CommInit&) = delete;
+
+  const InitArgs& args() const { return args_; }
+
+  void run();
+  void start();
+  static void runAll(const std::vector<CommInit*>& inits);
+  void wait();
+
+  Code state() const { return static_cast<Code>(state_.load(std::memory_order_acquire)); }
+  bool finished() const { return state() != Code::kInProgress; }
+  // The error (ok while in progress or after success); call once finished.
+  const Status& status() const { return status_; }
+  // The communicator, once state() is kOk (null before); it lives as long
+  // as the CommInit.
+  Comm* comm() const { return comm_.get(); }
+
+ private:
+  void finish(Status st);
+
+  const InitArgs args_;
+  std::atomic<int> state_{static_cast<int>(Code::kInProgress)};
+  Status status_;
+  std::unique_ptr<Comm> comm_;
+  std::mutex threadMu_;  // start() and wait() may race (a poll and a destroy)
+  std::thread thread_;
+};
+
+}  // namespace tutti::core

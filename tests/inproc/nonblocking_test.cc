@@ -1,0 +1,231 @@
+// Non-blocking communicators (config.blocking = 0): every operation is queued
+// on the communicator's engine and its call returns ncclInProgress at once,
+// whatever the peers are doing; ncclCommGetAsyncError answers ncclInProgress
+// until what is queued has run, then ncclSuccess or the error
+// (docs/api.md, "Non-blocking communicators").
+//
+// Ranks are threads of this process over shared memory or TCP
+// (NCCL_SHM_DISABLE=1), on host memory with the NULL stream.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "nccl.h"
+#include "tutti/tutti.h"
+
+namespace tutti::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Polls until the communicator's operations are no longer in progress.
+ncclResult_t settle(ncclComm_t comm) {
+  ncclResult_t st = ncclInProgress;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (st == ncclInProgress) {
+    ncclResult_t rc = ncclCommGetAsyncError(comm, &st);
+    if (rc != ncclSuccess) return rc;
+    if (Clock::now() > deadline) return ncclInternalError;  // a hang, reported as such
+    std::this_thread::yield();
+  }
+  return st;
+}
+
+ncclComm_t initNonBlocking(int n, const ncclUniqueId& id, int r) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t c = nullptr;
+  ncclResult_t rc = ncclCommInitRankConfig(&c, n, id, r, &cfg);
+  EXPECT_TRUE(rc == ncclInProgress || rc == ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(settle(c), ncclSuccess) << "rank " << r << ": " << ncclGetLastError(c);
+  return c;
+}
+
+// Runs fn(rank, comm) on n threads with non-blocking communicators; each
+// is finalized (polled to the end) and destroyed here.
+void runNonBlocking(int n, const std::function<void(int, ncclComm_t)>& fn) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      ncclComm_t c = initNonBlocking(n, id, r);
+      if (!c) return;
+      fn(r, c);
+      ncclResult_t rc = ncclCommFinalize(c);
+      EXPECT_TRUE(rc == ncclSuccess || rc == ncclInProgress) << ncclGetLastError(c);
+      EXPECT_EQ(settle(c), ncclSuccess) << ncclGetLastError(c);
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    });
+  for (auto& t : ts) t.join();
+}
+
+class NonBlocking : public ::testing::TestWithParam<const char*> {
+ protected:
+  // "shm" or "tcp".
+  Env env_{{{"NCCL_SHM_DISABLE", std::string(GetParam()) == "tcp" ? "1" : "0"}}};
+};
+
+// The call returns before the peer has made its own: rank 1 calls only once
+// rank 0's call has returned (or after 20 s, when the test has failed). A
+// synchronous implementation cannot return first: it waits for rank 1.
+TEST_P(NonBlocking, CallReturnsBeforeThePeerHasCalled) {
+  const size_t count = 1 << 16;  // 256 KiB of int32: the ring, not the one-shot arena
+  std::atomic<bool> returned{false}, peerCalled{false};
+  std::atomic<bool> returnedFirst{false};
+  runNonBlocking(2, [&](int r, ncclComm_t comm) {
+    std::vector<int32_t> send(count), recv(count, -1);
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(i % 1000) * (r + 1);
+    if (r == 1) {
+      const auto until = Clock::now() + std::chrono::seconds(20);
+      while (!returned.load() && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      peerCalled = true;
+    }
+    ncclResult_t rc =
+        ncclAllReduce(send.data(), recv.data(), count, ncclInt32, ncclSum, comm, nullptr);
+    if (r == 0) {
+      returnedFirst = !peerCalled.load();
+      returned = true;
+    }
+    EXPECT_EQ(rc, ncclInProgress) << "rank " << r << ": " << ncclGetLastError(comm);
+    ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(recv[i], static_cast<int32_t>(i % 1000) * 3) << "rank " << r << " element " << i;
+  });
+  EXPECT_TRUE(returnedFirst.load()) << "rank 0's all-reduce returned only after rank 1 had called";
+}
+
+// Several operations queued back to back run in call order; every rank count
+// from 1 to 5, sizes from zero to odd and unaligned, values exact.
+TEST_P(NonBlocking, QueuedOperationsRunInOrderWithExactResults) {
+  for (int n : {1, 2, 3, 4, 5}) {
+    SCOPED_TRACE("nranks " + std::to_string(n));
+    runNonBlocking(n, [&](int r, ncclComm_t comm) {
+      const std::vector<size_t> counts = {0, 1, 7, 1001, 40000};
+      // One byte of offset: unaligned buffers.
+      std::vector<std::vector<char>> sendRaw, recvRaw;
+      std::vector<int32_t*> send, recv;
+      for (size_t count : counts) {
+        sendRaw.emplace_back(count * 4 + 1);
+        recvRaw.emplace_back(count * 4 * n + 1);
+        send.push_back(reinterpret_cast<int32_t*>(sendRaw.back().data() + 1));
+        recv.push_back(reinterpret_cast<int32_t*>(recvRaw.back().data() + 1));
+        for (size_t i = 0; i < count; ++i) {
+          int32_t v = static_cast<int32_t>(i % 97) + 10 * r;
+          memcpy(send.back() + i, &v, 4);
+        }
+      }
+      // An all-reduce of each size, then a broadcast that overwrites one of
+      // their outputs and an all-gather that reads another: the results
+      // tell whether they ran in call order.
+      for (size_t k = 0; k < counts.size(); ++k) {
+        ncclResult_t rc =
+            ncclAllReduce(send[k], recv[k], counts[k], ncclInt32, ncclSum, comm, nullptr);
+        ASSERT_EQ(rc, ncclInProgress) << ncclGetLastError(comm);
+      }
+      ASSERT_EQ(ncclBroadcast(send[3], recv[3], counts[3], ncclInt32, n - 1, comm, nullptr),
+                ncclInProgress);
+      std::vector<int32_t> gathered(counts[2] * n);
+      ASSERT_EQ(ncclAllGather(recv[2], gathered.data(), counts[2], ncclInt32, comm, nullptr),
+                ncclInProgress);
+      ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);
+      const int32_t rankSum = 10 * n * (n - 1) / 2;
+      for (size_t k = 0; k < counts.size(); ++k)
+        for (size_t i = 0; i < counts[k]; ++i) {
+          int32_t got;
+          memcpy(&got, recv[k] + i, 4);
+          const int32_t want = k == 3 ? static_cast<int32_t>(i % 97) + 10 * (n - 1)  // broadcast
+                                      : static_cast<int32_t>(i % 97) * n + rankSum;
+          ASSERT_EQ(got, want) << "rank " << r << " count " << counts[k] << " element " << i;
+        }
+      for (int p = 0; p < n; ++p)
+        for (size_t i = 0; i < counts[2]; ++i)
+          ASSERT_EQ(gathered[p * counts[2] + i], static_cast<int32_t>(i % 97) * n + rankSum);
+    });
+  }
+}
+
+// A group (send/receive around a ring plus an all-reduce) is queued as one:
+// ncclGroupEnd returns ncclInProgress.
+TEST_P(NonBlocking, GroupEndReturnsInProgress) {
+  const int n = 3;
+  const size_t count = 5000;
+  runNonBlocking(n, [&](int r, ncclComm_t comm) {
+    std::vector<int64_t> out(count), in(count, -1), sum(count, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int64_t>(i) * 100 + r;
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(out.data(), count, ncclInt64, (r + 1) % n, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclRecv(in.data(), count, ncclInt64, (r + n - 1) % n, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(out.data(), sum.data(), count, ncclInt64, ncclSum, comm, nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclInProgress) << ncclGetLastError(comm);
+    ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);
+    const int from = (r + n - 1) % n;
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(in[i], static_cast<int64_t>(i) * 100 + from) << "element " << i;
+      ASSERT_EQ(sum[i], static_cast<int64_t>(i) * 100 * n + n * (n - 1) / 2) << "element " << i;
+    }
+  });
+}
+
+// The compressed all-reduce is queued like any operation.
+TEST_P(NonBlocking, CompressedAllReduceReturnsInProgress) {
+  const int n = 2;
+  const size_t count = 4096;
+  runNonBlocking(n, [&](int r, ncclComm_t comm) {
+    tuttiCompressionConfig_t cfg = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
+    cfg.kind = tuttiCompressFp16;
+    tuttiCompressor_t c = nullptr;
+    ASSERT_EQ(tuttiCompressorCreate(comm, &cfg, &c), ncclSuccess) << ncclGetLastError(comm);
+    // Small integers: exact in binary16 and in their sum.
+    std::vector<float> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(i % 64) + r;
+    ASSERT_EQ(tuttiAllReduceCompressed(data.data(), data.data(), count, ncclFloat32, ncclSum, c, 7,
+                                       0, 0, nullptr),
+              ncclInProgress)
+        << ncclGetLastError(comm);
+    ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(data[i], static_cast<float>(i % 64) * n + 1) << "element " << i;
+    EXPECT_EQ(tuttiCompressorDestroy(c), ncclSuccess);
+  });
+}
+
+// An operation that fails after its call returned is reported by
+// ncclCommGetAsyncError (not ncclInProgress forever), with the reason in
+// ncclGetLastError; later calls fail with it.
+TEST_P(NonBlocking, ErrorAfterReturnIsReportedByGetAsyncError) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  std::thread peer([&] { comms[1] = initNonBlocking(2, id, 1); });
+  comms[0] = initNonBlocking(2, id, 0);
+  peer.join();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  std::vector<float> buf(1 << 16, 1.0f);
+  // Rank 1 leaves instead of calling: rank 0's queued all-reduce fails.
+  ASSERT_EQ(
+      ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comms[0], nullptr),
+      ncclInProgress);
+  ASSERT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  const ncclResult_t st = settle(comms[0]);
+  EXPECT_NE(st, ncclSuccess);
+  EXPECT_NE(st, ncclInternalError) << "still in progress after 60 s";
+  EXPECT_STRNE(ncclGetLastError(comms[0]), "");
+  EXPECT_NE(ncclAllReduce(buf.data(), buf.data(), 1, ncclFloat32, ncclSum, comms[0], nullptr),
+            ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comms[0]), ncclSuccess);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, NonBlocking, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace tutti::test
