@@ -26,6 +26,9 @@
 // - Runtime errors that are not sticky are cleared (cudaGetLastError) so that a
 //   failed call does not poison later ones. lastError is per thread.
 // - setDevice is cudaSetDevice (per thread, as CUDA's current device is).
+// - devicePciBusId is the driver's cuDeviceGet + cuDeviceGetPCIBusId
+//   (resolved with cudaGetDriverEntryPointByVersion at init, e.g.
+//   "0000:17:00.0"); "" when the driver lacks them.
 // - Host events: a 32-bit slot in pinned host memory mapped into the device
 //   (cudaHostAlloc portable + mapped, cudaHostGetDevicePointer) and a target
 //   value; the event is signalled once the slot holds the target, which
@@ -103,6 +106,7 @@ using GetAddressRangeFn = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 using StreamWaitValue32Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using DeviceGetFn = CUresult (*)(CUdevice*, int);
 using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+using DeviceGetPciBusIdFn = CUresult (*)(char*, int, CUdevice);
 
 // One host event (see the contract): its slot and the value that signals it.
 struct HostEvent {
@@ -116,6 +120,8 @@ struct Context {
   int devices = 0;
   GetAddressRangeFn getAddressRange = nullptr;      // cuMemGetAddressRange, when the driver has it
   StreamWaitValue32Fn streamWaitValue32 = nullptr;  // cuStreamWaitValue32, when the driver has it
+  DeviceGetFn deviceGet = nullptr;                  // cuDeviceGet, when the driver has it
+  DeviceGetPciBusIdFn getPciBusId = nullptr;        // cuDeviceGetPCIBusId, likewise
   // Per device: host-event waits use cuStreamWaitValue32 (cleared if the
   // driver refuses one at run time).
   std::unique_ptr<std::atomic<bool>[]> memOpsWait;
@@ -362,6 +368,8 @@ ncclResult_t cuInit(const tuttiBackendHost_v1* host, void** ctx) {
   const auto deviceGet = reinterpret_cast<DeviceGetFn>(driverEntry("cuDeviceGet"));
   const auto getAttribute =
       reinterpret_cast<DeviceGetAttributeFn>(driverEntry("cuDeviceGetAttribute"));
+  c->deviceGet = deviceGet;
+  c->getPciBusId = reinterpret_cast<DeviceGetPciBusIdFn>(driverEntry("cuDeviceGetPCIBusId"));
   c->memOpsWait.reset(new (std::nothrow) std::atomic<bool>[static_cast<size_t>(count)]);
   if (!c->memOpsWait) {
     delete c;
@@ -417,6 +425,32 @@ ncclResult_t cuSetDevice(void* ctx, int32_t device) {
     return fail(ncclInvalidArgument, "setDevice: no device %d (%d devices)", device,
                 ctxOf(ctx) != nullptr ? ctxOf(ctx)->devices : 0);
   TUTTI_CUDA_TRY(cudaSetDevice(device), "cudaSetDevice");
+  return ncclSuccess;
+}
+
+ncclResult_t cuDevicePciBusId(void* ctx, int32_t device, char* busId, uint64_t len) {
+  const Context* c = ctxOf(ctx);
+  if (c == nullptr) return fail(ncclInvalidArgument, "devicePciBusId: not initialised");
+  if (device < 0 || device >= c->devices)
+    return fail(ncclInvalidArgument, "devicePciBusId: no device %d (%d devices)", device,
+                c->devices);
+  if (busId == nullptr || len == 0)
+    return fail(ncclInvalidArgument, "devicePciBusId: no buffer (busId %p, len %llu)",
+                static_cast<void*>(busId), static_cast<unsigned long long>(len));
+  busId[0] = '\0';
+  if (c->deviceGet == nullptr || c->getPciBusId == nullptr) return ncclSuccess;  // unknown
+  CUdevice dev = 0;
+  char id[64] = {};
+  CUresult r = c->deviceGet(&dev, device);
+  if (r == CUDA_SUCCESS) r = c->getPciBusId(id, static_cast<int>(sizeof id), dev);
+  if (r != CUDA_SUCCESS)
+    return fail(ncclUnhandledCudaError, "devicePciBusId: cuDeviceGetPCIBusId(device %d) failed: %d",
+                device, static_cast<int>(r));
+  const size_t n = strnlen(id, sizeof id);
+  if (n + 1 > len)
+    return fail(ncclInvalidArgument, "devicePciBusId: %llu bytes cannot hold '%s'",
+                static_cast<unsigned long long>(len), id);
+  memcpy(busId, id, n + 1);
   return ncclSuccess;
 }
 
@@ -887,6 +921,7 @@ tuttiBackendPlugin_v1 makeTable() {
   t.setDevice = cuSetDevice;
   t.hostEventCreate = cuHostEventCreate;
   t.hostEventSignal = cuHostEventSignal;
+  t.devicePciBusId = cuDevicePciBusId;
   return t;
 }
 

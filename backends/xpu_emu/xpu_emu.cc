@@ -34,6 +34,14 @@
 //   ncclScalarDevice residence is read when the kernel runs.
 // - IPC (TUTTI_PLUGIN_CAP_IPC_NEEDS_FD): the handle carries a dup of the
 //   allocation's memfd (format in emu_memory.cc); importerPids are not needed.
+// - PCI bus ids (devicePciBusId): XPU_EMU_PCI_BUS_IDS, read once at init, is
+//   a comma-separated list whose i-th entry is device i's bus id, e.g.
+//   "0000:17:00.0,0000:65:00.0" (at most XPU_EMU_DEVICES entries; an empty
+//   entry, a missing one or the variable unset: "" for that device, address
+//   unknown). Entries are hex digits, ':' and '.' only, as hwloc writes them;
+//   anything else fails init with ncclInvalidArgument naming the variable.
+//   tutti matches them against its topology (TUTTI_TOPO_FILE in tests) to
+//   place the engine thread near the "device".
 // - Fault injection, for tests of what tutti does when IPC set-up fails on
 //   some ranks: with XPU_EMU_FAIL_IPC_EXPORT=K (XPU_EMU_FAIL_IPC_IMPORT=K),
 //   every K-th ipcExport (ipcImport) call of the process fails with
@@ -100,6 +108,7 @@ struct Context {
   const uint64_t id = ++g_contexts;  // tells this context's setDevice apart (see currentOf)
   int nDevices = 0;
   int current = 0;  // every thread's current device until it calls setDevice
+  std::vector<std::string> busIds;  // XPU_EMU_PCI_BUS_IDS, per device ("" unknown)
   MemoryRegistry mem;
   // Fault injection (see the top of this file): every failEvery[i]-th call
   // fails, 0 never; calls[i] counts them. [0] ipcExport, [1] ipcImport.
@@ -260,6 +269,34 @@ ncclResult_t parseCountEnv(const char* name, int def, int lo, int hi, int* out) 
   return ncclSuccess;
 }
 
+// XPU_EMU_PCI_BUS_IDS (see the top of this file) for nDevices devices.
+ncclResult_t parseBusIdsEnv(int nDevices, std::vector<std::string>* out) {
+  const char* name = "XPU_EMU_PCI_BUS_IDS";
+  out->assign(static_cast<size_t>(nDevices), std::string());
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return ncclSuccess;
+  const std::string all = v;
+  size_t pos = 0;
+  for (int i = 0;; ++i) {
+    const size_t comma = all.find(',', pos);
+    const std::string id = all.substr(pos, comma == std::string::npos ? std::string::npos
+                                                                      : comma - pos);
+    if (i >= nDevices)
+      return setError(ncclInvalidArgument, std::string(name) + "='" + all + "' has more than " +
+                                               std::to_string(nDevices) + " entries (one per " +
+                                               "device, XPU_EMU_DEVICES)");
+    if (id.size() >= TUTTI_PLUGIN_PCI_BUS_ID_BYTES ||
+        id.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos)
+      return setError(ncclInvalidArgument, std::string(name) + "='" + all + "': entry " +
+                                               std::to_string(i) + " '" + id +
+                                               "' is not a PCI bus id such as 0000:17:00.0");
+    (*out)[static_cast<size_t>(i)] = id;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t emuInit(const tuttiBackendHost_v1* host, void** ctx) {
   return guarded("init", [&]() -> ncclResult_t {
     if (ctx == nullptr) return setError(ncclInvalidArgument, "init: ctx is NULL");
@@ -275,7 +312,10 @@ ncclResult_t emuInit(const tuttiBackendHost_v1* host, void** ctx) {
       return r;
     if ((r = parseCountEnv("XPU_EMU_FAIL_IPC_IMPORT", 0, 0, 1 << 30, &failImport)) != ncclSuccess)
       return r;
+    std::vector<std::string> busIds;
+    if ((r = parseBusIdsEnv(nDevices, &busIds)) != ncclSuccess) return r;
     auto c = std::make_unique<Context>();
+    c->busIds = std::move(busIds);
     c->failEvery[0] = failExport;
     c->failEvery[1] = failImport;
     if (host != nullptr &&
@@ -338,6 +378,20 @@ ncclResult_t emuSetDevice(void* ctx, int32_t device) {
   if (r != ncclSuccess) return r;
   if ((r = checkDevice(c, device, "setDevice")) != ncclSuccess) return r;
   t_device = {c->id, device};
+  return ncclSuccess;
+}
+
+ncclResult_t emuDevicePciBusId(void* ctx, int32_t device, char* busId, uint64_t len) {
+  Context* c = nullptr;
+  ncclResult_t r = getContext(ctx, "devicePciBusId", &c);
+  if (r != ncclSuccess) return r;
+  if ((r = checkDevice(c, device, "devicePciBusId")) != ncclSuccess) return r;
+  if (busId == nullptr) return setError(ncclInvalidArgument, "devicePciBusId: busId is NULL");
+  const std::string& id = c->busIds[static_cast<size_t>(device)];
+  if (len < id.size() + 1)
+    return setError(ncclInvalidArgument, "devicePciBusId: " + std::to_string(len) +
+                                             " bytes cannot hold '" + id + "'");
+  memcpy(busId, id.c_str(), id.size() + 1);
   return ncclSuccess;
 }
 
@@ -904,6 +958,7 @@ const tuttiBackendPlugin_v1 kPlugin = {
     emuSetDevice,
     emuHostEventCreate,
     emuHostEventSignal,
+    emuDevicePciBusId,
 };
 
 }  // namespace

@@ -12,6 +12,9 @@
 //   zeDeviceGet order, in one context. A thread's current device is
 //   TUTTI_ZE_DEVICE (default 0) until it calls setDevice, which changes it for
 //   that thread only (Level Zero has no current device; the plugin keeps it).
+// - devicePciBusId: zeDevicePciGetPropertiesExt (the loader's optional PCI
+//   extension, looked up with dlsym; a loader or driver without it answers
+//   "" = address unknown), written as "dddd:bb:dd.f".
 // - Memory: memAlloc = zeMemAllocDevice (256-byte aligned), hostAlloc =
 //   zeMemAllocHost (usable by kernels: TUTTI_PLUGIN_CAP_HOST_MAPPED).
 //   queryPointer maps zeMemGetAllocProperties' device/host/shared to
@@ -240,6 +243,8 @@ struct Context {
   const tuttiBackendHost_v1* host = nullptr;
   void* lib = nullptr;
   ZeApi api;
+  // Optional (not in every loader): NULL when absent.
+  decltype(&::zeDevicePciGetPropertiesExt) pciGetProperties = nullptr;
   ze_driver_handle_t driver = nullptr;
   ze_context_handle_t context = nullptr;
   std::vector<ze_device_handle_t> devices;
@@ -483,6 +488,8 @@ ncclResult_t plInit(const tuttiBackendHost_v1* host, void** ctx) {
   }
   TUTTI_ZE_FUNCS(TUTTI_ZE_RESOLVE)
 #undef TUTTI_ZE_RESOLVE
+  c->pciGetProperties = reinterpret_cast<decltype(&::zeDevicePciGetPropertiesExt)>(
+      dlsym(c->lib, "zeDevicePciGetPropertiesExt"));
   const ZeApi& api = c->api;
   ze_result_t r = api.zeInit(ZE_INIT_FLAG_GPU_ONLY);
   if (r != ZE_RESULT_SUCCESS) {
@@ -639,6 +646,34 @@ ncclResult_t plSetDevice(void* ctx, int32_t device) {
     return fail(ncclInvalidArgument, "setDevice: no device %d (%zu devices)", device,
                 c->devices.size());
   t_device = {c->id, device};
+  return ncclSuccess;
+}
+
+ncclResult_t plDevicePciBusId(void* ctx, int32_t device, char* busId, uint64_t len) {
+  const Context* c = ctxOf(ctx);
+  if (c == nullptr) return fail(ncclInvalidArgument, "devicePciBusId: not initialised");
+  if (device < 0 || device >= static_cast<int32_t>(c->devices.size()))
+    return fail(ncclInvalidArgument, "devicePciBusId: no device %d (%zu devices)", device,
+                c->devices.size());
+  if (busId == nullptr || len == 0)
+    return fail(ncclInvalidArgument, "devicePciBusId: no buffer (busId %p, len %llu)",
+                static_cast<void*>(busId), static_cast<unsigned long long>(len));
+  busId[0] = '\0';
+  if (c->pciGetProperties == nullptr) return ncclSuccess;  // unknown
+  ze_pci_ext_properties_t p = {};
+  p.stype = ZE_STRUCTURE_TYPE_PCI_EXT_PROPERTIES;
+  const ze_result_t r = c->pciGetProperties(c->devices[static_cast<size_t>(device)], &p);
+  if (r == ZE_RESULT_ERROR_UNSUPPORTED_FEATURE) return ncclSuccess;  // unknown
+  if (r != ZE_RESULT_SUCCESS)
+    return fail(ncclUnhandledCudaError, "devicePciBusId: zeDevicePciGetPropertiesExt failed: %s",
+                zeResultName(r));
+  char id[48];  // 4 x 32-bit fields at most
+  const int n = snprintf(id, sizeof id, "%04x:%02x:%02x.%x", p.address.domain, p.address.bus,
+                         p.address.device, p.address.function);
+  if (n < 0 || static_cast<uint64_t>(n) + 1 > len)
+    return fail(ncclInvalidArgument, "devicePciBusId: %llu bytes cannot hold '%s'",
+                static_cast<unsigned long long>(len), id);
+  memcpy(busId, id, static_cast<size_t>(n) + 1);
   return ncclSuccess;
 }
 
@@ -1290,6 +1325,7 @@ tuttiBackendPlugin_v1 makeTable() {
   t.setDevice = plSetDevice;
   t.hostEventCreate = plHostEventCreate;
   t.hostEventSignal = plHostEventSignal;
+  t.devicePciBusId = plDevicePciBusId;
   return t;
 }
 

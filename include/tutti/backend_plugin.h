@@ -131,6 +131,10 @@ typedef struct tuttiPluginIpcHandle_v1 {
   unsigned char data[TUTTI_PLUGIN_IPC_HANDLE_BYTES]; /* backend-defined bytes */
 } tuttiPluginIpcHandle_v1;
 
+/* ---- Devices ------------------------------------------------------------- */
+/* Size of the buffer tutti passes to devicePciBusId (NUL included). */
+#define TUTTI_PLUGIN_PCI_BUS_ID_BYTES 32
+
 /* ---- Reduction ----------------------------------------------------------- */
 /* Operators of the reduce kernel. Values 0..4 equal ncclSum..ncclAvg; dynamic
  * NCCL operators (ncclRedOpCreatePreMulSum) arrive as PREMULSUM + scalar. */
@@ -389,6 +393,21 @@ typedef struct tuttiBackendPlugin_v1 {
    * any call on the same event other than eventDestroy. ncclInvalidArgument
    * for an event that is not a host event, where the backend can tell. */
   ncclResult_t (*hostEventSignal)(void* ctx, tuttiPluginEvent_t event);
+
+  /* The PCI address of `device`, so that tutti can find the device in the
+   * machine's topology (hwloc) and run its threads on the NUMA node nearest
+   * to it. Writes a NUL-terminated string of the form "dddd:bb:dd.f" (domain,
+   * bus, device, function in hexadecimal, as hwloc and sysfs write it; upper
+   * or lower case; the domain may have up to 8 digits, e.g. CUDA's
+   * "00000000:17:00.0", or be left out) into busId, which holds len bytes
+   * (tutti passes TUTTI_PLUGIN_PCI_BUS_ID_BYTES). A device whose address is
+   * not known (an emulated device, a driver without the query) is answered
+   * with ncclSuccess and "" (an empty string). A device outside
+   * 0..deviceCount-1, a NULL busId or a len too short for the answer is
+   * ncclInvalidArgument with a lastError naming it. Blocking (may ask the
+   * driver); does not touch queues. Optional: NULL means not offered, and
+   * tutti then leaves its threads where the caller's mask puts them. */
+  ncclResult_t (*devicePciBusId)(void* ctx, int32_t device, char* busId, uint64_t len);
 
   /* New fields are appended here (abiVersion stays 1 while only appending). */
 } tuttiBackendPlugin_v1;

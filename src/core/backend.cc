@@ -192,6 +192,14 @@ Result<int> Backend::currentDevice() {
 // "beyond its table".
 bool Backend::hasHostEvents() const { return t_->hostEventCreate && t_->hostEventSignal; }
 
+Result<std::string> Backend::pciBusId(int device) {
+  if (!t_->devicePciBusId) return std::string();
+  char id[TUTTI_PLUGIN_PCI_BUS_ID_BYTES] = {};
+  TUTTI_BACKEND_CALL("devicePciBusId",
+                     t_->devicePciBusId(ctx_, device, id, static_cast<uint64_t>(sizeof id)));
+  return std::string(id, strnlen(id, sizeof id));
+}
+
 Status Backend::setDevice(int device) {
   if (t_->setDevice) {
     TUTTI_BACKEND_CALL("setDevice", t_->setDevice(ctx_, device));

@@ -72,6 +72,13 @@ class Backend {
   // Makes `device` the calling thread's current device. Without the plugin's
   // setDevice: succeeds when device is already current, else kInvalidUsage.
   Status setDevice(int device);
+  // The plugin offers devicePciBusId (its structSize covers it, not NULL).
+  bool hasPciBusId() const { return t_->devicePciBusId != nullptr; }
+  // The PCI bus id of `device` as the plugin writes it ("0000:17:00.0"); ""
+  // when the plugin does not offer the query (hostOnly backends, plugins
+  // built before it was appended) or does not know the address. An error is
+  // the plugin's (a device out of range).
+  Result<std::string> pciBusId(int device);
   // Never fails: a failing query is logged and the pointer treated as host memory.
   MemInfo query(const void* p);
   bool isDevice(const void* p) { return !hostOnly_ && query(p).kind == MemKind::kDevice; }
