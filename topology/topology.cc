@@ -1044,4 +1044,44 @@ void placeOnNode(void* p, size_t bytes, int numaNode) {
   TUTTI_TRACE(log::kAlloc, "placeOnNode: {} bytes at {} bound to NUMA {}", bytes, p, numaNode);
 }
 
+std::optional<uint64_t> parsePciBusId(const std::string& busId) {
+  // Fields from the right: function after '.', then device, bus, domain.
+  const size_t dot = busId.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  const std::string head = busId.substr(0, dot);
+  for (;;) {
+    const size_t colon = head.find(':', pos);
+    parts.push_back(head.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos));
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  if (parts.size() == 2) parts.insert(parts.begin(), "0");
+  if (parts.size() != 3) return std::nullopt;
+  parts.push_back(busId.substr(dot + 1));
+  const size_t maxDigits[4] = {8, 2, 2, 1};
+  const uint64_t maxValue[4] = {0xffffffffu, 0xff, 0x1f, 0x7};
+  uint64_t v[4] = {};
+  for (int i = 0; i < 4; ++i) {
+    const std::string& f = parts[static_cast<size_t>(i)];
+    if (f.empty() || f.size() > maxDigits[i] ||
+        f.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      return std::nullopt;
+    v[i] = std::stoull(f, nullptr, 16);
+    if (v[i] > maxValue[i]) return std::nullopt;
+  }
+  return v[0] << 32 | v[1] << 16 | v[2] << 8 | v[3];
+}
+
+const PciDevice* findPciDevice(const Topology& t, const std::string& busId) {
+  const std::optional<uint64_t> want = parsePciBusId(busId);
+  if (!want) return nullptr;
+  for (const PciDevice& d : t.pci)
+    if (parsePciBusId(d.busId) == want) return &d;
+  return nullptr;
+}
+
+int numaNodeNear(const PciDevice& d) { return d.numaNode >= 0 ? d.numaNode : d.nearestNuma; }
+
 }  // namespace tutti::topo

@@ -220,4 +220,18 @@ int numaNodeCovering(const Topology& t, const std::vector<int>& cpus);
 // "Placement").
 int homeNumaNode(const Topology& t);
 
+// ---- devices by PCI address ----------------------------------------------------
+// Parses a PCI bus id "[domain:]bus:device.function" (hex, either case; the
+// domain up to 8 digits, 0 when left out, so "17:00.0", "0000:17:00.0" and
+// CUDA's "00000000:17:00.0" are the same address) into
+// domain << 32 | bus << 16 | device << 8 | function; nullopt when it is not
+// one (bus up to 0xff, device up to 0x1f, function up to 7).
+std::optional<uint64_t> parsePciBusId(const std::string& busId);
+// The PCI device of t at busId (compared as parsePciBusId values); nullptr
+// when busId does not parse or t has no device there.
+const PciDevice* findPciDevice(const Topology& t, const std::string& busId);
+// The NUMA node to place work for that device on: its numaNode, else its
+// nearestNuma; -1 when neither is known.
+int numaNodeNear(const PciDevice& d);
+
 }  // namespace tutti::topo
