@@ -46,6 +46,39 @@ Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
   return algo::NodeMap::fromHostIds(fake);
 }
 
+// The NUMA node nearest to `device` (Comm::deviceNuma), -1 when unknown. The
+// reason it is not known is logged at INFO; nothing here fails the init.
+int deviceNumaNode(const topo::Topology& t, Backend& backend, int device, int rank) {
+  if (backend.hostOnly()) return -1;
+  if (!backend.hasPciBusId()) {
+    TUTTI_INFO(log::kInit,
+               "rank {}: backend {} gives no PCI bus id (no devicePciBusId); the engine thread "
+               "keeps the caller's CPU mask",
+               rank, backend.name());
+    return -1;
+  }
+  auto busId = backend.pciBusId(device);
+  if (!busId || busId.value().empty()) {
+    TUTTI_INFO(log::kInit,
+               "rank {}: device {} has no known PCI bus id{}{}; the engine thread keeps the "
+               "caller's CPU mask",
+               rank, device, busId ? "" : ": ", busId ? "" : busId.status().message());
+    return -1;
+  }
+  const topo::PciDevice* pci = topo::findPciDevice(t, busId.value());
+  const int node = pci ? topo::numaNodeNear(*pci) : -1;
+  if (node < 0) {
+    TUTTI_INFO(log::kInit,
+               "rank {}: device {} (PCI {}) is {} in the topology; the engine thread keeps the "
+               "caller's CPU mask",
+               rank, device, busId.value(), pci ? "near no NUMA node" : "not found");
+    return -1;
+  }
+  TUTTI_INFO(log::kInit, "rank {}: device {} (PCI {}) is near NUMA node {}; the engine thread runs there",
+             rank, device, busId.value(), node);
+  return node;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
@@ -131,6 +164,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
                "rank {}: runs on NUMA node {}; shared-memory rings it reads and its one-shot "
                "slots are placed there",
                rank, c->homeNuma_);
+  c->deviceNuma_ = deviceNumaNode(topology, *backend, device, rank);
+  c->topology_ = std::make_shared<const topo::Topology>(topology);
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
   c->oversubscribed_ = local > base::usableCpus();

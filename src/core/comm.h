@@ -144,6 +144,13 @@ class Comm {
   // The NUMA node this rank's memory goes to (topo::homeNumaNode at init);
   // -1: first touch decides.
   int homeNuma() const { return homeNuma_; }
+  // The NUMA node nearest to this rank's device (its PCI bus id, from the
+  // backend, found in the topology read at init); -1 when not known (a
+  // host-only backend, a plugin without devicePciBusId, a device the
+  // topology lacks). The engine thread is bound near it. topology(): what
+  // was read at init (never null after create), kept so that nothing re-reads it.
+  int deviceNuma() const { return deviceNuma_; }
+  const topo::Topology& topology() const { return *topology_; }
 
   // The device side: the backend buffers are checked against, the device
   // this rank is bound to, the pinned host memory device buffers are staged
@@ -271,6 +278,8 @@ class Comm {
   bool sharedMemory_ = false;
   bool oversubscribed_ = false;
   int homeNuma_ = -1;
+  int deviceNuma_ = -1;
+  std::shared_ptr<const topo::Topology> topology_;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> sendSeq_, recvSeq_;
   std::unique_ptr<uint8_t[]> scratch_;

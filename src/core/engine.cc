@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "base/thread.h"
 #include "core/comm.h"
+#include "topology/topology.h"
 
 namespace tutti::core {
 
@@ -97,6 +98,14 @@ uint64_t Engine::jobsRun() const {
 }
 
 Status Engine::start() {
+  // Near the device when the topology knows where it is (else the mask
+  // inherited from the thread that submitted first); never fatal.
+  if (comm_->deviceNuma() >= 0) {
+    Status bound = topo::bindThisThreadNear(comm_->topology(), comm_->deviceNuma());
+    if (!bound)
+      TUTTI_WARN("engine thread: cannot bind near NUMA node {} (left as it is): {}",
+                 comm_->deviceNuma(), bound.message());
+  }
   // The thread works on the communicator's device, on a queue of its own.
   TUTTI_RETURN_IF_ERROR(be_.setDevice(comm_->device()).withContext("engine thread"));
   auto q = be_.queueCreate(comm_->device());

@@ -23,6 +23,11 @@
 // - drain(): returns once every job submitted so far has finished. idle():
 //   nothing is queued or running (what it reads, the jobs' effects included,
 //   happened before it returned true).
+// - The thread runs near the communicator's device: when Comm::deviceNuma()
+//   is known (the device's PCI bus id found in the topology) it binds itself
+//   to that NUMA node's CPUs the process may use (topo::bindThisThreadNear)
+//   before its first job; otherwise it keeps the mask it inherited from the
+//   thread of the first submit. A failed bind is a WARN, never an error.
 // - One thread per communicator, started by the first submit (a communicator
 //   that never has an operation on a device stream has none); it catches
 //   everything; the destructor drains (or, once the communicator is aborted,
