@@ -17,6 +17,8 @@
  *   BROKEN_OLD_TABLE        not broken: a table from before setDevice and the host
  *                           events were appended (structSize ends before them); the
  *                           bytes after it hold garbage pointers tutti must never read
+ *   BROKEN_PRE_PCI_TABLE    not broken: a table from before devicePciBusId was appended
+ *                           (structSize ends before it, a garbage pointer follows)
  */
 /* The template's entry point is renamed so that this file can wrap it. */
 #define tuttiBackendPluginInit templateEntry
@@ -71,6 +73,10 @@ TUTTI_PLUGIN_EXPORT const tuttiBackendPlugin_v1* tuttiBackendPluginInit(uint32_t
   table.setDevice = (ncclResult_t(*)(void*, int32_t))(uintptr_t)0x5a5a5a5a;
   table.hostEventCreate = (ncclResult_t(*)(void*, int32_t, tuttiPluginEvent_t*))(uintptr_t)0x5a5a;
   table.hostEventSignal = (ncclResult_t(*)(void*, tuttiPluginEvent_t))(uintptr_t)0x5a;
+  table.devicePciBusId = (ncclResult_t(*)(void*, int32_t, char*, uint64_t))(uintptr_t)0x5a5a5a;
+#elif defined(BROKEN_PRE_PCI_TABLE)
+  table.structSize = (uint32_t)offsetof(tuttiBackendPlugin_v1, devicePciBusId);
+  table.devicePciBusId = (ncclResult_t(*)(void*, int32_t, char*, uint64_t))(uintptr_t)0x5a5a5a;
 #else
 #error "choose what is broken with one BROKEN_* flag"
 #endif

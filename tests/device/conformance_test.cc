@@ -36,6 +36,7 @@
 #include "core/backend.h"
 #include "tests/device/conformance_checks.h"
 #include "tests/device/element_data.h"
+#include "topology/topology.h"
 
 namespace tutti {
 namespace conformance {
@@ -678,6 +679,33 @@ TEST_P(Conformance, SetDeviceChangesCurrentDevice) {
     EXPECT_EQ(cur.value(), 0) << "a failed setDevice changed the current device";
   }
   EXPECT_TRUE(be_->setDevice(orig.value()).isOk());
+}
+
+// devicePciBusId answers every device with a PCI address tutti can match
+// against the topology ("dddd:bb:dd.f", domain optional) or with "" (not
+// known); a device out of range is an error with a reason.
+TEST_P(Conformance, PciBusIdIsWellFormed) {
+  if (!be_->hasPciBusId())
+    GTEST_SKIP() << "the plugin offers no devicePciBusId: tutti leaves its engine thread on the "
+                    "caller's CPUs";
+  auto n = be_->deviceCount();
+  ASSERT_TRUE(n.isOk());
+  for (int d = 0; d < n.value(); ++d) {
+    auto id = be_->pciBusId(d);
+    ASSERT_TRUE(id.isOk()) << "device " << d << ": " << id.status().message();
+    if (!id.value().empty()) {
+      EXPECT_TRUE(topo::parsePciBusId(id.value()).has_value())
+          << "device " << d << ": '" << id.value() << "' is not a PCI bus id";
+    }
+  }
+  for (int bad : {n.value(), -1}) {
+    auto id = be_->pciBusId(bad);
+    EXPECT_FALSE(id.isOk()) << "devicePciBusId(" << bad << ") of " << n.value() << " devices";
+    if (!id.isOk()) {
+      EXPECT_EQ(id.status().message().find("no reason given"), std::string::npos)
+          << id.status().message();
+    }
+  }
 }
 
 TEST_P(Conformance, BadArgumentsAreErrorsNotCrashes) {

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
@@ -134,6 +135,28 @@ TEST(PluginTableSize, TableFromBeforeHostEventsLoads) {
             "backend broken offers no host events (hostEventCreate/hostEventSignal are NULL or "
             "beyond its table)");
   EXPECT_EQ(be.hostEventSignal(nullptr).code(), Code::kInvalidUsage);
+  EXPECT_EQ(be.table().devicePciBusId, nullptr);
+  EXPECT_FALSE(be.hasPciBusId());
+  auto id = be.pciBusId(0);
+  ASSERT_TRUE(id.isOk()) << id.status().message();
+  EXPECT_EQ(id.value(), "");  // not offered: address unknown
+}
+
+// A plugin built before devicePciBusId was appended (structSize ends right
+// before it, garbage follows) loads with the fields before it intact, and
+// its devices' bus ids are "not offered": "".
+TEST(PluginTableSize, TableFromBeforePciBusIdLoads) {
+  auto b = Backend::load(BROKEN_PRE_PCI_TABLE_PATH);
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  Backend& be = *b.value();
+  EXPECT_NE(be.table().setDevice, nullptr);
+  EXPECT_EQ(be.table().devicePciBusId, nullptr);
+  EXPECT_FALSE(be.hasPciBusId());
+  for (int d : {0, 1, 7}) {
+    auto id = be.pciBusId(d);
+    ASSERT_TRUE(id.isOk()) << id.status().message();
+    EXPECT_EQ(id.value(), "") << "device " << d;
+  }
 }
 
 // Only whole fields are copied: one the structSize covers in part reads as
@@ -153,6 +176,26 @@ TEST(PluginTableSize, FieldsPartlyCoveredReadAsNull) {
   b = Backend::fromTable(&t, "the CPU table");
   ASSERT_TRUE(b.isOk()) << b.status().message();
   EXPECT_TRUE(b.value()->hasHostEvents());
+  // The CPU backend offers no bus id (hostOnly); a field half covered reads NULL.
+  EXPECT_FALSE(b.value()->hasPciBusId());
+  auto id = b.value()->pciBusId(0);
+  ASSERT_TRUE(id.isOk());
+  EXPECT_EQ(id.value(), "");
+  t.devicePciBusId = [](void*, int32_t, char* busId, uint64_t) {
+    strcpy(busId, "0000:65:00.0");
+    return ncclSuccess;
+  };
+  t.structSize = offsetof(tuttiBackendPlugin_v1, devicePciBusId) + 4;
+  b = Backend::fromTable(&t, "a CPU table cut inside devicePciBusId");
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EXPECT_FALSE(b.value()->hasPciBusId());
+  t.structSize = sizeof t;
+  b = Backend::fromTable(&t, "a CPU table with a bus id");
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EXPECT_TRUE(b.value()->hasPciBusId());
+  id = b.value()->pciBusId(0);
+  ASSERT_TRUE(id.isOk());
+  EXPECT_EQ(id.value(), "0000:65:00.0");
 }
 
 // ---- through the C API of libtutti.so, one process per plugin --------------

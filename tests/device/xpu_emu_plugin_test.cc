@@ -317,6 +317,59 @@ TEST(XpuEmuAbi, DeviceEnvironment) {
   unsetenv("XPU_EMU_DEVICES");
 }
 
+// devicePciBusId: XPU_EMU_PCI_BUS_IDS, read at init, one entry per device;
+// unset (or an empty entry): "" for that device.
+TEST(XpuEmuAbi, PciBusIdEnvironment) {
+  const tuttiBackendPlugin_v1* t = table();
+  ASSERT_NE(t, nullptr);
+  ASSERT_NE(t->devicePciBusId, nullptr);
+  ASSERT_EQ(getenv("XPU_EMU_PCI_BUS_IDS"), nullptr);
+  void* ctx = nullptr;
+  char id[TUTTI_PLUGIN_PCI_BUS_ID_BYTES];
+  ASSERT_EQ(t->init(&kHost, &ctx), ncclSuccess);
+  for (int32_t d = 0; d < 2; ++d) {
+    std::memset(id, 'x', sizeof id);
+    EXPECT_EQ(t->devicePciBusId(ctx, d, id, sizeof id), ncclSuccess) << t->lastError(ctx);
+    EXPECT_STREQ(id, "") << "device " << d << ": no variable, no address";
+  }
+  EXPECT_EQ(t->devicePciBusId(ctx, 2, id, sizeof id), ncclInvalidArgument);
+  EXPECT_NE(std::string(t->lastError(ctx)).find("device 2 does not exist"), std::string::npos);
+  EXPECT_EQ(t->devicePciBusId(ctx, -1, id, sizeof id), ncclInvalidArgument);
+  EXPECT_EQ(t->devicePciBusId(ctx, 0, nullptr, sizeof id), ncclInvalidArgument);
+  EXPECT_EQ(t->finalize(ctx), ncclSuccess);
+
+  setenv("XPU_EMU_PCI_BUS_IDS", "0000:17:00.0,0000:65:00.0", 1);
+  ASSERT_EQ(t->init(&kHost, &ctx), ncclSuccess);
+  EXPECT_EQ(t->devicePciBusId(ctx, 0, id, sizeof id), ncclSuccess) << t->lastError(ctx);
+  EXPECT_STREQ(id, "0000:17:00.0");
+  EXPECT_EQ(t->devicePciBusId(ctx, 1, id, sizeof id), ncclSuccess) << t->lastError(ctx);
+  EXPECT_STREQ(id, "0000:65:00.0");
+  EXPECT_EQ(t->devicePciBusId(ctx, 1, id, 12), ncclInvalidArgument);  // no room for the NUL
+  EXPECT_NE(std::string(t->lastError(ctx)).find("12 bytes cannot hold '0000:65:00.0'"),
+            std::string::npos)
+      << t->lastError(ctx);
+  EXPECT_EQ(t->devicePciBusId(ctx, 1, id, 13), ncclSuccess);
+  EXPECT_STREQ(id, "0000:65:00.0");
+  EXPECT_EQ(t->finalize(ctx), ncclSuccess);
+
+  setenv("XPU_EMU_PCI_BUS_IDS", ",65:00.0", 1);  // device 0 unknown, short form kept as given
+  ASSERT_EQ(t->init(&kHost, &ctx), ncclSuccess);
+  EXPECT_EQ(t->devicePciBusId(ctx, 0, id, sizeof id), ncclSuccess);
+  EXPECT_STREQ(id, "");
+  EXPECT_EQ(t->devicePciBusId(ctx, 1, id, sizeof id), ncclSuccess);
+  EXPECT_STREQ(id, "65:00.0");
+  EXPECT_EQ(t->finalize(ctx), ncclSuccess);
+
+  setenv("XPU_EMU_PCI_BUS_IDS", "0000:17:00.0,0000:65:00.0,0000:66:00.0", 1);  // 3 > 2 devices
+  EXPECT_EQ(t->init(&kHost, &ctx), ncclInvalidArgument);
+  EXPECT_NE(std::string(t->lastError(nullptr)).find("XPU_EMU_PCI_BUS_IDS"), std::string::npos);
+  setenv("XPU_EMU_PCI_BUS_IDS", "0000:17:00.0;0000:65:00.0", 1);  // not a bus id
+  EXPECT_EQ(t->init(&kHost, &ctx), ncclInvalidArgument);
+  EXPECT_NE(std::string(t->lastError(nullptr)).find("is not a PCI bus id"), std::string::npos)
+      << t->lastError(nullptr);
+  unsetenv("XPU_EMU_PCI_BUS_IDS");
+}
+
 // ---- memory ---------------------------------------------------------------------------
 
 TEST_F(XpuEmu, PointerQueries) {
