@@ -544,6 +544,7 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
   }
   const int rank = comm.rank(), nranks = comm.nranks();
   for (FusedSet& f : p.fused) {
+    f.op.stream = ops[f.parts[0]]->stream;  // where a device scalar is read
     f.place(mem + f.at, rank);
     f.pack(ops, rank, nranks);
   }
@@ -605,6 +606,47 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     if (k == sets.size()) sets.emplace_back();
     sets[k].push_back(static_cast<uint32_t>(i));
     setOf[i] = static_cast<int>(k);
+  }
+  // On one host with the one-shot arena (core/oneshot.h), a set too large
+  // for the arena runs as consecutive runs of its parts that each fit: each
+  // run then takes the one-shot path (every rank writes its contribution once
+  // and reads its peers' directly) instead of a schedule. Over TCP (no arena)
+  // a set stays one collective.
+  if (OneShot* os = comm.oneShot()) {
+    std::vector<std::vector<uint32_t>> runs;
+    for (auto& set : sets) {
+      const Op& first = *ops[set[0]];
+      const size_t es = first.coll == Collective::kAllGather ||
+                                first.coll == Collective::kBroadcast
+                            ? 1
+                            : elemSize(first.dt);
+      auto fits = [&](size_t bytes) {
+        bool direct = false;
+        return os->takes(first.coll, bytes / es, es, &direct);
+      };
+      size_t total = 0;
+      for (uint32_t j : set) total += ops[j]->count * elemSize(ops[j]->dt);
+      if (set.size() < 2 || fits(total)) {
+        runs.push_back(std::move(set));
+        continue;
+      }
+      std::vector<uint32_t> run;
+      size_t bytes = 0;
+      for (uint32_t j : set) {
+        const size_t b = ops[j]->count * elemSize(ops[j]->dt);
+        if (!run.empty() && !fits(bytes + b)) {
+          runs.push_back(std::move(run));
+          run.clear();
+          bytes = 0;
+        }
+        run.push_back(j);
+        bytes += b;
+      }
+      runs.push_back(std::move(run));
+    }
+    sets = std::move(runs);
+    for (size_t k = 0; k < sets.size(); ++k)
+      for (uint32_t j : sets[k]) setOf[j] = static_cast<int>(k);
   }
   std::vector<int> fusedOf(sets.size(), -1);  // candidate set -> index in p->fused
   for (size_t k = 0; k < sets.size(); ++k) {

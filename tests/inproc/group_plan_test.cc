@@ -267,6 +267,25 @@ TEST(Groups, SmallCollectivesOfEachKindTravelAsOne) {
   });
 }
 
+// Over shared memory, fused sets larger than the one-shot arena takes run
+// as several fused runs that each fit (and mixed sizes, one above the arena's
+// limit on its own): values exact, the plan reused.
+TEST(Groups, FusedSetsLargerThanTheArenaRunInParts) {
+  for (int n : {2, 3}) {
+    runRanks(n, [&](int r, ncclComm_t comm) {
+      std::vector<Call> calls;
+      for (Kind kind : {Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather, Kind::kBroadcast})
+        for (int k = 0; k < 40; ++k)
+          calls.push_back({kind, k == 7 ? 16384u : 256u + 37 * (k % 5), ncclInt32, ncclSum, n - 1,
+                           k % 3 == 0});
+      const uint64_t before = built(comm);
+      for (int round = 0; round < 2; ++round)
+        ASSERT_TRUE(runAndCheck(r, n, comm, calls, round, round * 3)) << n << " ranks";
+      EXPECT_EQ(built(comm) - before, 1u);
+    });
+  }
+}
+
 // Each change of shape builds a new plan (values exact); the shape before
 // it, run again, and the changed one, run again, reuse theirs.
 void changedShapes(int n) {
