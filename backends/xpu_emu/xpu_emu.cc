@@ -107,7 +107,7 @@ struct Context {
   void (*log)(int32_t, const char*) = nullptr;
   const uint64_t id = ++g_contexts;  // tells this context's setDevice apart (see currentOf)
   int nDevices = 0;
-  int current = 0;  // every thread's current device until it calls setDevice
+  int current = 0;                  // every thread's current device until it calls setDevice
   std::vector<std::string> busIds;  // XPU_EMU_PCI_BUS_IDS, per device ("" unknown)
   MemoryRegistry mem;
   // Fault injection (see the top of this file): every failEvery[i]-th call
@@ -279,8 +279,8 @@ ncclResult_t parseBusIdsEnv(int nDevices, std::vector<std::string>* out) {
   size_t pos = 0;
   for (int i = 0;; ++i) {
     const size_t comma = all.find(',', pos);
-    const std::string id = all.substr(pos, comma == std::string::npos ? std::string::npos
-                                                                      : comma - pos);
+    const std::string id =
+        all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (i >= nDevices)
       return setError(ncclInvalidArgument, std::string(name) + "='" + all + "' has more than " +
                                                std::to_string(nDevices) + " entries (one per " +
@@ -389,8 +389,8 @@ ncclResult_t emuDevicePciBusId(void* ctx, int32_t device, char* busId, uint64_t 
   if (busId == nullptr) return setError(ncclInvalidArgument, "devicePciBusId: busId is NULL");
   const std::string& id = c->busIds[static_cast<size_t>(device)];
   if (len < id.size() + 1)
-    return setError(ncclInvalidArgument, "devicePciBusId: " + std::to_string(len) +
-                                             " bytes cannot hold '" + id + "'");
+    return setError(ncclInvalidArgument,
+                    "devicePciBusId: " + std::to_string(len) + " bytes cannot hold '" + id + "'");
   memcpy(busId, id.c_str(), id.size() + 1);
   return ncclSuccess;
 }

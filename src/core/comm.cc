@@ -74,8 +74,9 @@ int deviceNumaNode(const topo::Topology& t, Backend& backend, int device, int ra
                rank, device, busId.value(), pci ? "near no NUMA node" : "not found");
     return -1;
   }
-  TUTTI_INFO(log::kInit, "rank {}: device {} (PCI {}) is near NUMA node {}; the engine thread runs there",
-             rank, device, busId.value(), node);
+  TUTTI_INFO(log::kInit,
+             "rank {}: device {} (PCI {}) is near NUMA node {}; the engine thread runs there", rank,
+             device, busId.value(), node);
   return node;
 }
 

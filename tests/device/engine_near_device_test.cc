@@ -139,8 +139,8 @@ TEST(EngineNearDevice, BoundNearTheDevice) {
     EXPECT_EQ(c.homeNuma(), 0) << "rank " << r << ": its thread is on CPU 0";
     EXPECT_GE(engines.size(), 2u) << "one engine thread per communicator";
     for (const auto& [tid, cpus] : engines)
-      EXPECT_EQ(cpus, "1") << "rank " << r << " sees engine thread " << tid
-                           << " allowed on CPUs " << cpus << ", not near the device (CPU 1)";
+      EXPECT_EQ(cpus, "1") << "rank " << r << " sees engine thread " << tid << " allowed on CPUs "
+                           << cpus << ", not near the device (CPU 1)";
   });
 }
 
@@ -153,8 +153,8 @@ TEST(EngineNearDevice, KeepsTheCallersMaskWithoutABusId) {
     EXPECT_EQ(mine, "0");
     EXPECT_GE(engines.size(), 2u) << "one engine thread per communicator";
     for (const auto& [tid, cpus] : engines)
-      EXPECT_EQ(cpus, mine) << "rank " << r << " sees engine thread " << tid
-                            << " allowed on CPUs " << cpus << ", not the inherited mask";
+      EXPECT_EQ(cpus, mine) << "rank " << r << " sees engine thread " << tid << " allowed on CPUs "
+                            << cpus << ", not the inherited mask";
   });
 }
 
