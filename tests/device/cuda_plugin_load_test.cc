@@ -113,6 +113,7 @@ TEST_F(CudaPlugin, RequiredFunctionsArePresent) {
       reinterpret_cast<const void*>(table_->setDevice),
       reinterpret_cast<const void*>(table_->hostEventCreate),
       reinterpret_cast<const void*>(table_->hostEventSignal),
+      reinterpret_cast<const void*>(table_->devicePciBusId),
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
     EXPECT_NE(required[i], nullptr) << "function #" << i;
@@ -220,6 +221,12 @@ TEST_F(CudaPlugin, HostEventHoldsAStream) {
   EXPECT_EQ(table_->setDevice(ctx_, n), ncclInvalidArgument);
   EXPECT_NE(std::string(table_->lastError(ctx_)).find("no device"), std::string::npos);
   ASSERT_EQ(table_->setDevice(ctx_, dev), ncclSuccess);
+  // The device's PCI address (cuDeviceGetPCIBusId): "dddd:bb:dd.f" or "".
+  char busId[TUTTI_PLUGIN_PCI_BUS_ID_BYTES] = {};
+  ASSERT_EQ(table_->devicePciBusId(ctx_, dev, busId, sizeof busId), ncclSuccess)
+      << table_->lastError(ctx_);
+  EXPECT_TRUE(busId[0] == '\0' || strchr(busId, ':') != nullptr) << busId;
+  EXPECT_EQ(table_->devicePciBusId(ctx_, n, busId, sizeof busId), ncclInvalidArgument);
   tuttiPluginQueue_t q = nullptr;
   ASSERT_EQ(table_->queueCreate(ctx_, dev, &q), ncclSuccess) << table_->lastError(ctx_);
   const size_t bytes = 1 << 20;

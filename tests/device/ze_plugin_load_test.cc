@@ -84,6 +84,7 @@ TEST(ZePluginLoad, TableFields) {
       reinterpret_cast<const void*>(t->setDevice),
       reinterpret_cast<const void*>(t->hostEventCreate),
       reinterpret_cast<const void*>(t->hostEventSignal),
+      reinterpret_cast<const void*>(t->devicePciBusId),
   };
   for (size_t i = 0; i < sizeof required / sizeof required[0]; ++i)
     EXPECT_NE(required[i], nullptr) << "field " << i;
@@ -131,6 +132,8 @@ TEST(ZePluginLoad, NullContextIsAnErrorNotACrash) {
   tuttiPluginEvent_t e = nullptr;
   EXPECT_NE(t->hostEventCreate(nullptr, 0, &e), ncclSuccess);
   EXPECT_NE(t->hostEventSignal(nullptr, nullptr), ncclSuccess);
+  char busId[TUTTI_PLUGIN_PCI_BUS_ID_BYTES];
+  EXPECT_EQ(t->devicePciBusId(nullptr, 0, busId, sizeof busId), ncclInvalidArgument);
   EXPECT_STRNE(t->lastError(nullptr), "");
   EXPECT_EQ(t->finalize(nullptr), ncclSuccess);
 }
