@@ -437,6 +437,18 @@ OpShape shapeOf(const Op& o) {
   return s;
 }
 
+// shapeOf(o) == s, without computing what it need not: a built-in
+// reduction's spec follows from the datatype and the operator (on one
+// communicator); a PreMulSum operator's scalar may change between calls.
+bool hasShape(const Op& o, const OpShape& s) {
+  if (o.coll != s.coll || o.count != s.count || o.dt != s.dt || o.op != s.op || o.root != s.root)
+    return false;
+  if (o.coll != Collective::kSend && o.coll != Collective::kRecv &&
+      inPlaceOf(o, elemSize(o.dt)) != s.inPlace)
+    return false;
+  return !isReducing(o.coll) || o.op < ncclNumOps || sameSpec(specOf(o), s.spec);
+}
+
 bool fusable(const Op& o) {
   if (!o.raw()) return false;
   if (o.coll != Collective::kAllReduce && o.coll != Collective::kReduceScatter &&
@@ -607,47 +619,6 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     sets[k].push_back(static_cast<uint32_t>(i));
     setOf[i] = static_cast<int>(k);
   }
-  // On one host with the one-shot arena (core/oneshot.h), a set too large
-  // for the arena runs as consecutive runs of its parts that each fit: each
-  // run then takes the one-shot path (every rank writes its contribution once
-  // and reads its peers' directly) instead of a schedule. Over TCP (no arena)
-  // a set stays one collective.
-  if (OneShot* os = comm.oneShot()) {
-    std::vector<std::vector<uint32_t>> runs;
-    for (auto& set : sets) {
-      const Op& first = *ops[set[0]];
-      const size_t es = first.coll == Collective::kAllGather ||
-                                first.coll == Collective::kBroadcast
-                            ? 1
-                            : elemSize(first.dt);
-      auto fits = [&](size_t bytes) {
-        bool direct = false;
-        return os->takes(first.coll, bytes / es, es, &direct);
-      };
-      size_t total = 0;
-      for (uint32_t j : set) total += ops[j]->count * elemSize(ops[j]->dt);
-      if (set.size() < 2 || fits(total)) {
-        runs.push_back(std::move(set));
-        continue;
-      }
-      std::vector<uint32_t> run;
-      size_t bytes = 0;
-      for (uint32_t j : set) {
-        const size_t b = ops[j]->count * elemSize(ops[j]->dt);
-        if (!run.empty() && !fits(bytes + b)) {
-          runs.push_back(std::move(run));
-          run.clear();
-          bytes = 0;
-        }
-        run.push_back(j);
-        bytes += b;
-      }
-      runs.push_back(std::move(run));
-    }
-    sets = std::move(runs);
-    for (size_t k = 0; k < sets.size(); ++k)
-      for (uint32_t j : sets[k]) setOf[j] = static_cast<int>(k);
-  }
   std::vector<int> fusedOf(sets.size(), -1);  // candidate set -> index in p->fused
   for (size_t k = 0; k < sets.size(); ++k) {
     if (sets[k].size() < 2) continue;
@@ -721,7 +692,7 @@ void logPlan(const Plan& p, const Op* const* ops) {
 struct LoneWork {
   static constexpr size_t kPlansKept = 4;
   std::vector<std::unique_ptr<Plan>> plans;
-  std::vector<OpShape> probe;  // the current call's shapes (kept for its memory)
+  std::vector<OpShape> probe;  // a new plan's shapes (kept for its memory)
   uint64_t built = 0;          // plans built (tests)
 };
 
@@ -739,14 +710,6 @@ Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
                           std::unique_ptr<Plan>* uncached) {
   if (!comm.loneWork()) comm.loneWork() = std::make_shared<LoneWork>();
   LoneWork& cache = *comm.loneWork();
-  // Each operation's shape is computed once, when a comparison first needs
-  // it (a group's calls mostly repeat the last shape: one pass).
-  cache.probe.resize(n);
-  size_t known = 0;
-  auto shapeAt = [&](size_t i) -> const OpShape& {
-    for (; known <= i; ++known) cache.probe[known] = shapeOf(*ops[known]);
-    return cache.probe[i];
-  };
   bool cacheable = true;
   for (size_t i = 0; i < n; ++i) cacheable &= ops[i]->raw();
   Plan* plan = nullptr;
@@ -754,7 +717,7 @@ Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
     const std::vector<OpShape>& shape = cache.plans[k]->shape;
     if (shape.size() != n) continue;
     size_t i = 0;
-    while (i < n && shapeAt(i) == shape[i]) ++i;
+    while (i < n && hasShape(*ops[i], shape[i])) ++i;
     if (i < n) continue;
     std::rotate(cache.plans.begin(), cache.plans.begin() + k, cache.plans.begin() + k + 1);
     plan = cache.plans[0].get();
@@ -762,7 +725,8 @@ Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
     break;
   }
   if (!plan) {
-    if (n) shapeAt(n - 1);
+    cache.probe.resize(n);
+    for (size_t i = 0; i < n; ++i) cache.probe[i] = shapeOf(*ops[i]);
     TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<Plan> built, buildPlan(comm, ops, n, cache.probe));
     ++cache.built;
     plan = built.get();

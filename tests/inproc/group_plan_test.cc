@@ -9,6 +9,7 @@
 #include "capi/handle.h"
 #include "core/group.h"
 #include "harness.h"
+#include "tutti/tutti.h"
 
 namespace tutti::test {
 namespace {
@@ -267,10 +268,10 @@ TEST(Groups, SmallCollectivesOfEachKindTravelAsOne) {
   });
 }
 
-// Over shared memory, fused sets larger than the one-shot arena takes run
-// as several fused runs that each fit (and mixed sizes, one above the arena's
-// limit on its own): values exact, the plan reused.
-TEST(Groups, FusedSetsLargerThanTheArenaRunInParts) {
+// Over shared memory, fused sets larger than the one-shot arena takes (and
+// mixed sizes, one above the arena's limit on its own): values exact, the
+// plan reused.
+TEST(Groups, FusedSetsLargerThanTheArena) {
   for (int n : {2, 3}) {
     runRanks(n, [&](int r, ncclComm_t comm) {
       std::vector<Call> calls;
@@ -341,6 +342,46 @@ TEST(Groups, ChangedShapeRebuildsThePlan) {
 TEST(Groups, ChangedShapeRebuildsThePlanOverTcp) {
   Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
   changedShapes(3);
+}
+
+// A PreMulSum operator whose scalar is read at each use (ncclScalarDevice):
+// the same group with another scalar value is another shape (over TCP, where
+// the fused all-reduce is a schedule, which holds the scalar).
+TEST(Groups, PreMulSumScalarReadAtEachCall) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  const int n = 3;
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    void* scalar = nullptr;
+    ASSERT_EQ(ncclMemAlloc(&scalar, sizeof(float)), ncclSuccess);
+    const float first = 2.0f;
+    ASSERT_EQ(tuttiMemcpy(scalar, &first, sizeof first), ncclSuccess);
+    ncclRedOp_t op;
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, scalar, ncclFloat32, ncclScalarDevice, comm),
+              ncclSuccess)
+        << ncclGetLastError(comm);
+    const uint64_t before = built(comm);
+    constexpr size_t kCount = 300;
+    for (float value : {2.0f, 3.0f, 3.0f, 0.5f, 2.0f}) {
+      ASSERT_EQ(tuttiMemcpy(scalar, &value, sizeof value), ncclSuccess);
+      std::vector<std::vector<float>> in(4, std::vector<float>(kCount)),
+          out(4, std::vector<float>(kCount, -1));
+      for (int k = 0; k < 4; ++k)
+        for (size_t i = 0; i < kCount; ++i) in[k][i] = static_cast<float>(r + k + i % 7);
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int k = 0; k < 4; ++k)
+        ASSERT_EQ(ncclAllReduce(in[k].data(), out[k].data(), kCount, ncclFloat32, op, comm, nullptr),
+                  ncclSuccess);
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+      for (int k = 0; k < 4; ++k)
+        for (size_t i = 0; i < kCount; ++i)
+          ASSERT_EQ(out[k][i], value * static_cast<float>(n * (k + i % 7) + (0 + 1 + 2)))
+              << "scalar " << value << ", operation " << k << ", element " << i;
+    }
+    // 2, 3 and 0.5 built; the second 3 and the last 2 reused a kept plan.
+    EXPECT_EQ(built(comm) - before, 3u);
+    EXPECT_EQ(ncclRedOpDestroy(op, comm), ncclSuccess);
+    EXPECT_EQ(ncclMemFree(scalar), ncclSuccess);
+  });
 }
 
 // Lone collectives share the mechanism: alternating shapes keep their plans;
