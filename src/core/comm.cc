@@ -519,9 +519,14 @@ Result<uint8_t*> Comm::scratch(size_t bytes) {
 }
 
 void Comm::abort() {
-  // Only the flag: the thread driving this communicator sees it within one
-  // progress iteration (or one 50 ms slice of a control-plane wait).
+  // The flag: the thread driving this communicator sees it before its next
+  // message (or within one 50 ms slice of a control-plane wait). And, for
+  // peers on this host, the arena state (one atomic word in shared memory,
+  // safe from any thread): a peer waiting on this rank ends at once, saying
+  // that this rank was aborted, instead of at its next 100 ms check.
   abort_.store(true);
+  if (oneShot_) oneShot_->markAborted();
+  if (ipc_) ipc_->markAborted();
 }
 
 void Comm::setError(const Status& st) {
@@ -567,6 +572,10 @@ void Comm::noticeFailure(const Status& cause) {
 
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
   if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
+  // An aborted peer on this host says so in the arena, and sends no notice.
+  if ((oneShot_ && oneShot_->peerAborted(peer)) || (ipc_ && ipc_->peerAborted(peer)))
+    return Status(observed.code(), fmt::format("{} aborted its communicator (ncclCommAbort): {}",
+                                               describePeer(peer), observed.message()));
   auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,
                                    nullptr);
   if (!got) return observed;  // no notice: the observation is the root cause

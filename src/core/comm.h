@@ -228,7 +228,9 @@ class Comm {
   // closes its connections; a peer that then sees this rank close looks for
   // that notice (waiting up to `wait`) and reports the root cause, so every
   // survivor of a crash names the rank that died, not the neighbour that
-  // gave up first.
+  // gave up first. A peer on this host whose communicator was aborted says
+  // so in the node arena (OneShot::markAborted, set by abort()): that is
+  // reported at once, without waiting for a notice.
   void noticeFailure(const Status& cause);
   Status explainPeerFailure(int peer, const Status& observed,
                             std::chrono::milliseconds wait = std::chrono::milliseconds(300));

@@ -70,8 +70,7 @@ class DeviceIpc {
  public:
   // Collective over comm's bootstrap (see the contract); nullptr when IPC is
   // not used.
-  static Result<std::unique_ptr<DeviceIpc>> negotiate(Comm* comm, Backend* backend,
-                                                      int device);
+  static Result<std::unique_ptr<DeviceIpc>> negotiate(Comm* comm, Backend* backend, int device);
   ~DeviceIpc();
   DeviceIpc(const DeviceIpc&) = delete;
   DeviceIpc& operator=(const DeviceIpc&) = delete;
@@ -81,6 +80,12 @@ class DeviceIpc {
 
   size_t chunkBytes() const { return chunk_; }
   uint64_t operations() const { return ops_; }
+  // The communicator was aborted (any thread): peers waiting in this rank's
+  // barriers end at once (OneShot::markAborted).
+  void markAborted() {
+    if (control_) control_->markAborted();
+  }
+  bool peerAborted(int rank) const { return control_ && control_->peerAborted(rank); }
 
  private:
   DeviceIpc(Comm* comm, Backend* backend, int device, size_t chunk, size_t minBytes)

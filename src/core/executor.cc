@@ -21,6 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kHdr = sizeof(MsgHeader);
+Status abortedError() { return invalidUsage("communicator aborted"); }
 // Messages of at most this many bytes on the wire travel on channel 0 only,
 // so that a rank waiting for nothing but small messages from a peer waits on
 // one socket (and can spin on its recv instead of on poll; see execute).
@@ -319,6 +320,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
   Out& o = p.out[ch];
   Channel& chan = c_->channel(p.peer, ch);
   for (;;) {
+    if (c_->aborted()) return abortedError();
     if (o.send < 0) {
       if (p.ready.empty()) return Status::ok();
       if (ch != 0) {
@@ -454,6 +456,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
   Channel& chan = c_->channel(p.peer, ch);
   RecvState& rx = chan.rx;
   for (;;) {
+    if (c_->aborted()) return abortedError();
     if (!rx.haveHeader) {
       // Never read past this operation's last message: the peer may have
       // left already, and the next operation's bytes belong to the next run.
@@ -547,8 +550,10 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
 
 Status Run::pass(bool* progress) {
   // Every pass, not only when idle: an operation that keeps moving data would
-  // otherwise run to its end after ncclCommAbort (one relaxed load).
-  if (c_->aborted()) return invalidUsage("communicator aborted");
+  // otherwise run to its end after ncclCommAbort (one relaxed load). The
+  // send and receive loops look again before each message: over TCP one pass
+  // could move tens of MiB (up to 50 ms here between passes).
+  if (c_->aborted()) return abortedError();
   while (smallNext_ < w_->small.size()) {
     OneShotOp& op = w_->small[smallNext_];
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->progress(op, progress));
@@ -578,7 +583,12 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       if (Clock::now() - lastProgress > std::chrono::seconds(1))
         return peerFailure(p, p.closedStatus, nullptr);
     }
-    // A peer that failed (or left) on the one-shot path says so in the arena.
+    // A peer that was aborted, failed or left says so in the arena.
+    // (No root-cause lookup: an aborted rank sends no failure notice.)
+    if (c_->oneShot() && c_->oneShot()->peerAborted(p.peer))
+      return remoteError(
+          fmt::format("{} aborted its communicator (ncclCommAbort) while this rank waited for it",
+                      c_->describePeer(p.peer)));
     if (c_->oneShot() && c_->oneShot()->peerGone(p.peer) &&
         Clock::now() - lastProgress > std::chrono::milliseconds(200))
       return peerFailure(
@@ -814,7 +824,13 @@ Status execute(std::vector<Work*>& work) {
       backoff.progress();
       continue;
     }
-    if (now - lastCheck > std::chrono::milliseconds(100)) {
+    // The stall check every 100 ms, or at once when a peer on this host says
+    // in the arena that it is gone (a few loads, every 16 idle passes).
+    bool peerGone = false;
+    if (backoff.pastSpin() && (backoff.idleIters() & 15) == 0)
+      for (Work* w : work)
+        peerGone = peerGone || (w->comm->oneShot() && w->comm->oneShot()->anyPeerGone());
+    if (peerGone || now - lastCheck > std::chrono::milliseconds(100)) {
       lastCheck = now;
       for (size_t i = 0; i < runs.size(); ++i) {
         if (runs[i]->done()) continue;

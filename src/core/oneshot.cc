@@ -484,6 +484,13 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
   const char* what = algo::collectiveName(op.coll);
   for (int q : waiting) {
     uint32_t state = seg_->state(q);
+    if (state == ArenaSegment::kAborted) {
+      // No notice follows (the aborted rank sends none): say it now.
+      return remoteError(fmt::format(
+          "{} aborted its communicator (ncclCommAbort) while this rank waited for it in {} "
+          "(one-shot path, operation {})",
+          comm_->describePeer(q), what, seq));
+    }
     if (state == ArenaSegment::kFailed) {
       return comm_->explainPeerFailure(
           q, remoteError(fmt::format("{} failed while this rank waited for it in {} (one-shot "
@@ -513,6 +520,12 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
                   secs, what, seq, names));
 }
 
+bool OneShot::anyPeerGone() const {
+  for (int q = 0; q < nranks_; ++q)
+    if (q != rank_ && peerGone(q)) return true;
+  return false;
+}
+
 Status OneShot::run(OneShotOp& op) {
   base::Backoff backoff(comm_->oversubscribed());
   auto nextCheck = Clock::duration(std::chrono::milliseconds(100));
@@ -530,7 +543,9 @@ Status OneShot::run(OneShotOp& op) {
       if (comm_->aborted()) st = invalidUsage("communicator aborted");
       if (st && backoff.pastSpin() && (backoff.idleIters() & 15) == 0) {
         auto idle = backoff.idleFor();
-        if (idle >= nextCheck) {
+        // The full check every 100 ms, or at once when a peer's state says
+        // it failed, left or was aborted.
+        if (idle >= nextCheck || anyPeerGone()) {
           nextCheck = idle + std::chrono::milliseconds(100);
           st = check(op, idle);
         }

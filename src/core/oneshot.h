@@ -114,8 +114,10 @@ class OneShot {
   // Blocks until `op` is done or failed.
   Status run(OneShotOp& op);
 
-  // This rank failed: peers waiting on it stop with an error.
+  // This rank failed, or its communicator was aborted (any thread): peers
+  // waiting on it stop with an error that says which.
   void markFailed() { seg_->markFailed(); }
+  void markAborted() { seg_->markAborted(); }
 
   OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes, bool cma,
           size_t cmaMinBytes, std::vector<bool> local);
@@ -123,6 +125,12 @@ class OneShot {
   // peers it waits on, so a rank that failed on the one-shot path does not
   // leave a peer in a schedule waiting for its timeout).
   bool peerGone(int rank) const { return seg_->state(rank) != transport::shm::ArenaSegment::kOpen; }
+  bool peerAborted(int rank) const {
+    return seg_->state(rank) == transport::shm::ArenaSegment::kAborted;
+  }
+  // Some peer's state is no longer open (a few loads: cheap enough to ask
+  // while waiting, between the full checks).
+  bool anyPeerGone() const;
 
  private:
   bool published(int rank, int cls, uint64_t seq);

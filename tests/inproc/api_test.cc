@@ -404,6 +404,40 @@ TEST(Faults, AbortEndsAnOperationThatIsMakingProgress) {
   ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
 }
 
+// Over shared memory the peer of an aborted rank is told so (the node arena
+// carries it: an aborted rank sends no failure notice), whatever it was
+// waiting in when the abort came.
+TEST(Faults, PeerOfAnAbortedRankIsToldItWasAborted) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "0")});
+  std::vector<ncclComm_t> comms(2);
+  ASSERT_EQ(ncclCommInitAll(comms.data(), 2, nullptr), ncclSuccess);
+  constexpr size_t kN = size_t{16} << 20;  // floats
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(kN, 1.0f));
+  std::vector<ncclResult_t> rc(2, ncclSuccess);
+  std::atomic<int> started{0};
+  std::thread peer([&] {
+    started++;
+    rc[1] =
+        ncclAllReduce(bufs[1].data(), bufs[1].data(), kN, ncclFloat32, ncclSum, comms[1], nullptr);
+  });
+  std::thread rank0([&] {
+    started++;
+    rc[0] =
+        ncclAllReduce(bufs[0].data(), bufs[0].data(), kN, ncclFloat32, ncclSum, comms[0], nullptr);
+  });
+  while (started.load() < 2) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  rank0.join();
+  peer.join();
+  if (rc[0] == ncclSuccess) GTEST_SKIP() << "the all-reduce had ended before the abort";
+  EXPECT_NE(rc[1], ncclSuccess);
+  const std::string why = ncclGetLastError(comms[1]);
+  EXPECT_NE(why.find("rank 0"), std::string::npos) << why;
+  EXPECT_NE(why.find("aborted its communicator"), std::string::npos) << why;
+  ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+
 TEST(Config, NonBlockingInitReportsInProgressThenSuccess) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

@@ -25,7 +25,9 @@
 //   Which operation may overwrite a slot is the caller's protocol (see
 //   core/oneshot.h).
 // - An ArenaSegment owns its mapping. Destroying it marks this rank kClosed;
-//   markFailed() marks it kFailed. Neither ever blocks.
+//   markFailed() marks it kFailed; markAborted() marks it kAborted (from any
+//   thread: its communicator was aborted). The first mark sticks. None ever
+//   blocks.
 #pragma once
 
 #include <sys/types.h>
@@ -48,7 +50,7 @@ bool processDead(pid_t pid);
 
 class ArenaSegment {
  public:
-  enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2 };
+  enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2, kAborted = 3 };
   // Slots per rank, of each size: how many operations of a size a rank may
   // run ahead of the slowest (a broadcast root, say) is the count - 1.
   static constexpr int kSmallSlots = 64;
@@ -96,7 +98,8 @@ class ArenaSegment {
   std::pair<void*, size_t> ownSlots() { return {slot(rank_, 0), perRank_}; }
 
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
-  void markFailed() { states_[rank_].store(kFailed, std::memory_order_release); }
+  void markFailed() { mark(kFailed); }
+  void markAborted() { mark(kAborted); }
 
  private:
   static constexpr size_t kSlotHeader = 16;  // sequence word + signature
@@ -116,6 +119,12 @@ class ArenaSegment {
   int rank_;
   size_t slotBytes_, stride_, perRank_;
   std::atomic<uint32_t>* states_;
+  // The first state other than kOpen sticks (a rank aborted, whose operation
+  // then fails, stays kAborted: that is what its peers should report).
+  void mark(State s) {
+    uint32_t open = kOpen;
+    states_[rank_].compare_exchange_strong(open, s, std::memory_order_acq_rel);
+  }
   uint8_t* acks_;
   uint8_t* slots_;
 };
