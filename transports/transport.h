@@ -87,6 +87,10 @@ class ControlChannel {
   }
 };
 
+namespace shm {
+struct Doorbell;
+}  // namespace shm
+
 struct ConnectContext {
   int rank = -1;
   int peer = -1;
@@ -107,6 +111,10 @@ struct ConnectContext {
   // rank receives from; TCP's buffers are this process's own, touched first
   // by the thread that uses them, so it has nothing to place.
   std::function<void(void* p, size_t bytes)> placeNear;
+  // Shared memory: the peer's doorbell in the node arena (shm/doorbell.h),
+  // rung after this side moved bytes the peer may be sleeping for (data
+  // sent, ring space freed). Null: the peer is not woken (it naps instead).
+  shm::Doorbell* peerBell = nullptr;
 };
 
 class Transport {

@@ -58,6 +58,9 @@ class Backoff {
   // (only then is idleFor() worth a clock read).
   uint64_t idleIters() const { return iters_; }
   bool pastSpin() const { return phase_ != kSpinning; }
+  // Past the yield phase: idle() naps now (a caller with something better to
+  // sleep on, a doorbell, may do that instead).
+  bool napping() const { return phase_ == kNapping; }
   // Time since the spin phase ended (0 while spinning).
   Clock::duration idleFor() const {
     return phase_ == kSpinning ? Clock::duration(0) : Clock::now() - since_;

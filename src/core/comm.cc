@@ -167,13 +167,15 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
                rank, c->homeNuma_);
   c->deviceNuma_ = deviceNumaNode(topology, *backend, device, rank);
   c->topology_ = std::make_shared<const topo::Topology>(topology);
+  c->oversubscribed_ = local > base::usableCpus();
+  // The node arena before the first connection: shared-memory connections
+  // ring their peer's doorbell in it.
+  TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
-  c->oversubscribed_ = local > base::usableCpus();
   // After the ring connections: across nodes the selection measures the link
   // between rank 0 and its ring predecessor (on the last node) over them.
   TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
-  TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   if (nranks >= 2 && c->allOnOneHost()) {
     auto ipc = DeviceIpc::negotiate(c.get(), backend, device);
     if (!ipc) return ipc.status().withContext("device IPC set-up");
@@ -486,6 +488,7 @@ Status Comm::connectPair(int peer) {
     ctx.abortFlag = &abort_;
     uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
     ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
+    if (oneShot_) ctx.peerBell = oneShot_->bell(peer);  // all on one host
     if (homeNuma_ >= 0)
       ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) {
         topo::placeOnNode(p, bytes, node);
@@ -527,6 +530,7 @@ void Comm::abort() {
   abort_.store(true);
   if (oneShot_) oneShot_->markAborted();
   if (ipc_) ipc_->markAborted();
+  if (oneShot_) oneShot_->wake();  // a thread asleep on this rank's doorbell
 }
 
 void Comm::setError(const Status& st) {

@@ -15,6 +15,7 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/thread.h"
+#include "transports/shm/doorbell.h"
 
 namespace tutti::core {
 namespace {
@@ -22,6 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kHdr = sizeof(MsgHeader);
 Status abortedError() { return invalidUsage("communicator aborted"); }
+// The longest sleep on a doorbell: stall checks and peer-death checks still
+// run (every 100 ms); an abort rings the bell.
+constexpr std::chrono::microseconds kBellSleep{1000};
 // Messages of at most this many bytes on the wire travel on channel 0 only,
 // so that a rank waiting for nothing but small messages from a peer waits on
 // one socket (and can spin on its recv instead of on poll; see execute).
@@ -139,6 +143,10 @@ class Run {
   bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size(); }
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
+  // What this run waits for can ring this rank's doorbell: the communicator
+  // has a node arena and no one-shot step is pending (arena slots ring
+  // nothing).
+  bool sleepsOnBell() const { return c_->oneShot() && smallNext_ >= w_->small.size(); }
   Status checkStalled(Clock::time_point lastProgress);
   // Adds the sockets this run waits on; *unpollable when some pending
   // channel has no fd (shared memory) and must be polled by trying; *ready
@@ -842,8 +850,23 @@ Status execute(std::vector<Work*>& work) {
       if (spin) backoff.idle();  // a pause; counts the spin phase down
       continue;
     }
-    // Shared memory: spin briefly, then yield the core, then nap, so ranks
-    // that outnumber cores still progress.
+    // Shared memory: spin briefly, then yield the core, then sleep on this
+    // rank's doorbell until a peer has moved bytes for it (at most
+    // kBellSleep), so ranks that outnumber cores still progress and a long
+    // wait costs no wake-ups. Without a doorbell to sleep on (no node arena,
+    // sockets to poll too, several communicators on this thread, a one-shot
+    // step waiting on arena slots, which ring nothing), nap instead.
+    if (backoff.napping() && fds.empty() && runs.size() == 1 && runs[0]->sleepsOnBell()) {
+      bool moved = false;
+      Status st;
+      transport::shm::sleep(work[0]->comm->oneShot()->bell(work[0]->comm->rank()), kBellSleep, [&] {
+        st = runs[0]->pass(&moved);  // the last look, after announcing
+        return st && !moved && !runs[0]->done();
+      });
+      if (!st) return failGroup(0, st);
+      progress = moved;
+      continue;
+    }
     backoff.idle();
   }
 }

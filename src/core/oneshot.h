@@ -118,6 +118,10 @@ class OneShot {
   // waiting on it stop with an error that says which.
   void markFailed() { seg_->markFailed(); }
   void markAborted() { seg_->markAborted(); }
+  // Rank r's doorbell (transports/shm/doorbell.h), and a ring of this rank's
+  // own (wakes its thread if it sleeps there: an abort).
+  transport::shm::Doorbell* bell(int rank) { return seg_->bell(rank); }
+  void wake() { transport::shm::ring(seg_->bell(rank_)); }
 
   OneShot(Comm* comm, std::unique_ptr<transport::shm::ArenaSegment> seg, size_t maxBytes, bool cma,
           size_t cmaMinBytes, std::vector<bool> local);

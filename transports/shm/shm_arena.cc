@@ -18,7 +18,7 @@ namespace tutti::transport::shm {
 namespace {
 
 constexpr uint64_t kArenaMagic = 0x3141526974747574ull;  // "tuttiRA1" little-endian
-constexpr uint32_t kArenaVersion = 5;
+constexpr uint32_t kArenaVersion = 6;
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;  // stored last by the creator
@@ -32,10 +32,11 @@ size_t statesOffset() { return kLine; }
 size_t acksOffset(int nranks) {
   return roundUp(statesOffset() + sizeof(std::atomic<uint32_t>) * nranks, kLine);
 }
+size_t bellsOffset(int nranks) { return acksOffset(nranks) + kLine * static_cast<size_t>(nranks); }
 // Each rank's slots start on a page of their own, so that they can be placed
 // on that rank's NUMA node (ArenaSegment::ownSlots).
 size_t slotsOffset(int nranks) {
-  return roundUp(acksOffset(nranks) + kLine * static_cast<size_t>(nranks), kPage);
+  return roundUp(bellsOffset(nranks) + kLine * static_cast<size_t>(nranks), kPage);
 }
 size_t strideFor(size_t slotBytes) { return roundUp(16 + slotBytes, kLine); }
 size_t perRankBytes(size_t slotBytes) {
@@ -84,6 +85,7 @@ ArenaSegment::ArenaSegment(void* base, size_t bytes, int rank, int nranks, size_
       states_(
           reinterpret_cast<std::atomic<uint32_t>*>(static_cast<uint8_t*>(base) + statesOffset())),
       acks_(static_cast<uint8_t*>(base) + acksOffset(nranks)),
+      bells_(static_cast<uint8_t*>(base) + bellsOffset(nranks)),
       slots_(static_cast<uint8_t*>(base) + slotsOffset(nranks)) {}
 
 ArenaSegment::~ArenaSegment() {

@@ -8,7 +8,8 @@
 //   others attach() by name, and rank 0 unlinks the name once all have
 //   attached, so no name outlives initialisation.
 // - Layout: a header, one state word per rank, one line per rank of words
-//   only that rank writes (acknowledgement, last posted operation), then per
+//   only that rank writes (acknowledgement, last posted operation), one line
+//   per rank for its doorbell (doorbell.h: anyone rings it), then per
 //   rank kSmallSlots small slots of kSmallSlotBytes payload followed by
 //   kSlots large slots of `slotBytes` payload. Slot index i < kSmallSlots is small slot i, index
 //   kSmallSlots + j large slot j (which operation uses which slot is the
@@ -40,6 +41,7 @@
 #include <utility>
 
 #include "base/status.h"
+#include "transports/shm/doorbell.h"
 #include "transports/shm/shm_ring.h"
 
 namespace tutti::transport::shm {
@@ -97,6 +99,12 @@ class ArenaSegment {
   // near it; every peer reads them once per operation).
   std::pair<void*, size_t> ownSlots() { return {slot(rank_, 0), perRank_}; }
 
+  // Rank r's doorbell (doorbell.h): its peers ring it after moving bytes for
+  // it; r sleeps on it when it has nothing to do.
+  Doorbell* bell(int rank) {
+    return reinterpret_cast<Doorbell*>(bells_ + static_cast<size_t>(rank) * kLine);
+  }
+
   uint32_t state(int rank) const { return states_[rank].load(std::memory_order_acquire); }
   void markFailed() { mark(kFailed); }
   void markAborted() { mark(kAborted); }
@@ -114,18 +122,20 @@ class ArenaSegment {
     return mine + kSmallSlots * kSmallStride + static_cast<size_t>(index - kSmallSlots) * stride_;
   }
 
-  void* base_;
-  size_t bytes_;
-  int rank_;
-  size_t slotBytes_, stride_, perRank_;
-  std::atomic<uint32_t>* states_;
   // The first state other than kOpen sticks (a rank aborted, whose operation
   // then fails, stays kAborted: that is what its peers should report).
   void mark(State s) {
     uint32_t open = kOpen;
     states_[rank_].compare_exchange_strong(open, s, std::memory_order_acq_rel);
   }
+
+  void* base_;
+  size_t bytes_;
+  int rank_;
+  size_t slotBytes_, stride_, perRank_;
+  std::atomic<uint32_t>* states_;
   uint8_t* acks_;
+  uint8_t* bells_;
   uint8_t* slots_;
 };
 

@@ -114,6 +114,7 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
   // From here on the connection owns the mapping; if the handshake fails, its
   // destructor marks our side closed so a peer that did map it errors out.
   auto conn = std::make_unique<ShmConnection>(base, segBytes, 0, ctx.rank, ctx.peer, ctx.channel);
+  conn->setPeerBell(ctx.peerBell);
 
   Offer offer{};
   offer.magic = kOfferMagic;
@@ -200,6 +201,7 @@ Result<std::unique_ptr<Connection>> connectHigher(const ConnectContext& ctx) {
   placeReceiveRing(ctx, hdr, 1);
   auto conn =
       std::make_unique<ShmConnection>(base, offer.segBytes, 1, ctx.rank, ctx.peer, ctx.channel);
+  conn->setPeerBell(ctx.peerBell);
   Ack ack{kAckMagic, 0, ctx.rank};
   TUTTI_RETURN_IF_ERROR(detail::controlSend(ctx, kTagAck, &ack, sizeof(ack), kName, "sending ack"));
   TUTTI_INFO(log::kShm, "SHM: connected to rank {} channel {} ({} bytes per direction)", ctx.peer,
@@ -246,14 +248,19 @@ Status ShmConnection::abortedError() const {
 Result<size_t> ShmConnection::trySend(const void* data, size_t bytes) {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();
   if (peerClosed()) return closedError();
-  return send_.write(data, bytes);
+  const size_t n = send_.write(data, bytes);
+  if (n && peerBell_) ring(peerBell_);  // data for a peer that may sleep
+  return n;
 }
 
 Result<size_t> ShmConnection::tryRecv(void* data, size_t bytes) {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();
   if (bytes == 0) return size_t{0};
   size_t n = recv_.read(data, bytes);
-  if (n > 0) return n;
+  if (n > 0) {
+    if (peerBell_) ring(peerBell_);  // space for a peer that may sleep on a full ring
+    return n;
+  }
   if (peerClosed()) {
     // The peer's last head store happened before its closed store; drain it.
     n = recv_.read(data, bytes);
@@ -271,7 +278,10 @@ const void* ShmConnection::peek(size_t* avail) {
   return recv_.peek(avail);
 }
 
-void ShmConnection::consume(size_t bytes) { recv_.consume(bytes); }
+void ShmConnection::consume(size_t bytes) {
+  recv_.consume(bytes);
+  if (bytes && peerBell_) ring(peerBell_);
+}
 
 Status ShmConnection::checkAlive() {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();

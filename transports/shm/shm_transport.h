@@ -14,7 +14,10 @@
 //   was already sent) instead of waiting forever.
 // - trySend/tryRecv/peek/consume never block. One sending thread and one
 //   receiving thread at a time; abort()/checkAlive() may come from any thread.
-// - waitHint() is -1: callers spin, then back off.
+// - waitHint() is -1: callers spin, then back off. With ctx.peerBell (the
+//   peer's doorbell in the node arena), every call that moved bytes rings it
+//   (doorbell.h: a fence and a load when the peer does not sleep), so a peer
+//   asleep on its doorbell wakes for the data or the freed space.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "transports/shm/doorbell.h"
 #include "transports/shm/shm_ring.h"
 #include "transports/transport.h"
 
@@ -46,6 +50,8 @@ class ShmConnection final : public Connection {
   const char* name() const override { return "SHM"; }
 
   SegmentHeader* header() { return hdr_; }
+  // The peer's doorbell (ConnectContext::peerBell), rung after bytes moved.
+  void setPeerBell(Doorbell* bell) { peerBell_ = bell; }
 
  private:
   Status closedError() const;
@@ -61,6 +67,7 @@ class ShmConnection final : public Connection {
   int channel_;
   SpscRing send_;
   SpscRing recv_;
+  Doorbell* peerBell_ = nullptr;
   std::atomic<bool> aborted_{false};
 };
 
