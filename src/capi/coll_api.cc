@@ -116,8 +116,23 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
 }
 
 ncclResult_t groupEndImpl() {
-  capi::GroupState g = std::move(capi::threadGroup());
-  capi::threadGroup() = capi::GroupState();
+  // The group's contents. Its vectors go back to the thread, emptied, when
+  // this returns, so the next group reuses their capacity: a group of 64
+  // small operations would otherwise regrow them every time.
+  capi::GroupState g;
+  std::swap(g, capi::threadGroup());
+  struct GiveBack {
+    capi::GroupState& g;
+    ~GiveBack() {
+      capi::GroupState& now = capi::threadGroup();
+      if (now.depth != 0 || !now.ops.empty() || !now.inits.empty()) return;
+      g.inits.clear();
+      g.ops.clear();
+      g.handles.clear();
+      g.deferred = ncclSuccess;
+      std::swap(g, now);
+    }
+  } giveBack{g};
   ncclResult_t result = g.deferred;
   // 1. Initialisations, concurrently (one thread may init every rank).
   std::vector<core::CommInit*> inits;
