@@ -279,6 +279,13 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
     memcpy(out, &id, sizeof(id));
     return Status::ok();
   }
+  return createFreshId(out);
+}
+
+Status createFreshId(uint8_t out[kUniqueIdBytes]) {
+  UniqueIdData id{};
+  id.magic = kIdMagic;
+  id.version = 1;
   if (getrandom(id.secret, kSecretBytes, 0) != static_cast<ssize_t>(kSecretBytes) ||
       getrandom(&id.nonce, sizeof(id.nonce), 0) != sizeof(id.nonce))
     return errnoError("getrandom", errno);

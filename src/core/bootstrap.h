@@ -89,6 +89,13 @@ static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
 static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processes");
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]);
+// A fresh root on this process and a fresh random secret, whatever
+// NCCL_COMM_ID says: what createUniqueId() makes without NCCL_COMM_ID, and
+// the id of a communicator made from an existing one (ncclCommSplit). The id travels to the
+// other ranks over the parent's authenticated bootstrap. (NCCL_COMM_ID's one
+// address serves the first communicator only: children that reused it
+// collided on its port.)
+Status createFreshId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 
 class Bootstrap : public transport::ControlChannel {

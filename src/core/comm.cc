@@ -412,7 +412,7 @@ Result<Comm::SplitPlan> Comm::split(int color, int key) {
   plan.nranks = static_cast<int>(mine.size());
   const uint64_t tag = (3ull << 60) | (seq << 20);
   if (plan.rank == 0) {
-    TUTTI_RETURN_IF_ERROR(createUniqueId(plan.id));
+    TUTTI_RETURN_IF_ERROR(createFreshId(plan.id));
     for (size_t i = 1; i < mine.size(); ++i)
       TUTTI_RETURN_IF_ERROR(bootstrap_->send(mine[i].rank, tag, plan.id, sizeof(plan.id)));
   } else {

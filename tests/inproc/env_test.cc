@@ -51,6 +51,42 @@ TEST(Env, NcclCommIdLetsEveryRankMakeTheId) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(sums[r], 6);
 }
 
+// Split under NCCL_COMM_ID: each child gets a root of its own (a fresh port
+// and secret), not NCCL_COMM_ID's address again, where two colours' roots
+// collided ("Address already in use", then a wait for TUTTI_INIT_TIMEOUT).
+TEST(Env, NcclCommIdSplitIntoTwoColours) {
+  std::string commId = "127.0.0.1:" + std::to_string(freePort());
+  Env env(
+      {std::make_pair("NCCL_COMM_ID", commId.c_str()), std::make_pair("TUTTI_INIT_TIMEOUT", "20")});
+  const int n = 4;
+  std::vector<std::thread> ts;
+  std::vector<int64_t> sums(n, -1), again(n, -1);
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      ncclUniqueId id;
+      ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+      ncclComm_t c = nullptr, child = nullptr;
+      ASSERT_EQ(ncclCommInitRank(&c, n, id, r), ncclSuccess) << ncclGetLastError(nullptr);
+      // Twice: a second split's roots must not collide with the first's either.
+      for (int round = 0; round < 2; ++round) {
+        ASSERT_EQ(ncclCommSplit(c, r % 2, r, &child, nullptr), ncclSuccess) << ncclGetLastError(c);
+        int64_t v = r + 1;
+        ASSERT_EQ(
+            ncclAllReduce(&v, round ? &again[r] : &sums[r], 1, ncclInt64, ncclSum, child, nullptr),
+            ncclSuccess)
+            << ncclGetLastError(child);
+        ASSERT_EQ(ncclCommDestroy(child), ncclSuccess);
+      }
+      ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) {
+    const int64_t want = r % 2 == 0 ? 1 + 3 : 2 + 4;  // ranks 0, 2 and 1, 3
+    EXPECT_EQ(sums[r], want) << "rank " << r;
+    EXPECT_EQ(again[r], want) << "rank " << r;
+  }
+}
+
 // A bad TUTTI_TEST_NODES fails init on every rank with a message naming the
 // variable.
 TEST(Env, BadTestNodesFailsInitOnEveryRank) {
