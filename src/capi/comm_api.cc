@@ -105,8 +105,8 @@ void destroyComm(ncclComm* c, bool abort) {
   c->init.wait();
   if (core::Comm* impl = c->impl()) {
     // ncclCommAbort may come from another thread while an operation runs:
-    // raise the flag, then wait until that operation has noticed it (within
-    // one stall check, 100 ms) and released the communicator.
+    // raise the flag, then wait until that operation has noticed it (before
+    // its next message, core/executor.cc) and released the communicator.
     // Without abort, what the engine still runs ends first (core/engine.h).
     if (abort)
       impl->abort();
