@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cpu/codec_kernels.h"
@@ -52,6 +54,18 @@ ncclResult_t cpuQueryPointer(void*, const void*, tuttiPluginPointerInfo_v1* info
   info->size = 0;
   return ncclSuccess;
 }
+// What cpuAlloc handed out and not yet freed: so that freeing a pointer it
+// did not allocate, or one already freed, is an error, not heap corruption
+// (ncclMemFree on a stray pointer; a double free).
+struct Allocations {
+  std::mutex mu;
+  std::unordered_map<void*, uint64_t> bytes;
+};
+Allocations& allocations() {
+  static auto* a = new Allocations();  // never destroyed: frees may come during exit
+  return *a;
+}
+
 ncclResult_t cpuAlloc(uint64_t size, void** ptr) {
   *ptr = nullptr;
   if (size == 0) return ncclSuccess;
@@ -59,11 +73,27 @@ ncclResult_t cpuAlloc(uint64_t size, void** ptr) {
     *ptr = nullptr;
     return failWith(ncclSystemError, "cannot allocate " + std::to_string(size) + " bytes");
   }
+  Allocations& a = allocations();
+  std::lock_guard<std::mutex> lk(a.mu);
+  a.bytes.emplace(*ptr, size);
   return ncclSuccess;
 }
 ncclResult_t cpuMemAlloc(void*, int32_t, uint64_t size, void** ptr) { return cpuAlloc(size, ptr); }
 ncclResult_t cpuHostAlloc(void*, uint64_t size, void** ptr) { return cpuAlloc(size, ptr); }
 ncclResult_t cpuFree(void*, void* ptr) {
+  if (!ptr) return ncclSuccess;
+  {
+    Allocations& a = allocations();
+    std::lock_guard<std::mutex> lk(a.mu);
+    if (a.bytes.erase(ptr) == 0) {
+      char where[32];
+      snprintf(where, sizeof(where), "%p", ptr);
+      return failWith(ncclInvalidArgument,
+                      std::string("free: ") + where +
+                          " was not allocated by this backend (ncclMemAlloc), or was freed "
+                          "already");
+    }
+  }
   free(ptr);
   return ncclSuccess;
 }

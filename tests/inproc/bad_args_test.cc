@@ -44,6 +44,27 @@ TEST(BadArguments, WithoutACommunicator) {
   EXPECT_NE(std::string(ncclGetErrorString(static_cast<ncclResult_t>(99))), "");
 }
 
+// ncclMemFree of a pointer ncclMemAlloc did not return, or of one freed
+// already, is an error with a message, not heap corruption (the CPU backend
+// used to call free() on whatever it was given).
+TEST(BadArguments, MemFreeOfAForeignOrFreedPointer) {
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 1000), ncclSuccess);
+  ASSERT_NE(p, nullptr);
+  static_cast<char*>(p)[999] = 1;  // usable
+  std::vector<char> mine(64);
+  EXPECT_FAILS_WITH(ncclMemFree(mine.data()), ncclInvalidArgument, "not allocated");
+  EXPECT_FAILS_WITH(ncclMemFree(static_cast<char*>(p) + 8), ncclInvalidArgument,
+                    "not allocated");  // inside an allocation, not its start
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_FAILS_WITH(ncclMemFree(p), ncclInvalidArgument, "freed already");  // double free
+  EXPECT_EQ(ncclMemFree(nullptr), ncclSuccess);
+  // A size of 0 gives NULL, which frees as a no-op.
+  void* none = reinterpret_cast<void*>(1);
+  ASSERT_EQ(ncclMemAlloc(&none, 0), ncclSuccess);
+  EXPECT_EQ(none, nullptr);
+}
+
 TEST(BadArguments, NullAndDestroyedCommunicators) {
   int v;
   EXPECT_FAILS_WITH(ncclCommCount(nullptr, &v), ncclInvalidArgument, "comm is NULL");
