@@ -116,23 +116,20 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
 }
 
 ncclResult_t groupEndImpl() {
-  // The group's contents. Its vectors go back to the thread, emptied, when
-  // this returns, so the next group reuses their capacity: a group of 64
-  // small operations would otherwise regrow them every time.
-  capi::GroupState g;
-  std::swap(g, capi::threadGroup());
-  struct GiveBack {
+  // The group's contents, emptied when this returns; the vectors keep their
+  // capacity for the next group (a group of 64 small operations would
+  // otherwise regrow them every time). Nothing below adds to them: depth is
+  // 0 already, so any call made meanwhile would not be deferred.
+  capi::GroupState& g = capi::threadGroup();
+  struct Clear {
     capi::GroupState& g;
-    ~GiveBack() {
-      capi::GroupState& now = capi::threadGroup();
-      if (now.depth != 0 || !now.ops.empty() || !now.inits.empty()) return;
+    ~Clear() {
       g.inits.clear();
       g.ops.clear();
       g.handles.clear();
       g.deferred = ncclSuccess;
-      std::swap(g, now);
     }
-  } giveBack{g};
+  } clear{g};
   ncclResult_t result = g.deferred;
   // 1. Initialisations, concurrently (one thread may init every rank).
   std::vector<core::CommInit*> inits;

@@ -528,9 +528,11 @@ void Comm::abort() {
   // safe from any thread): a peer waiting on this rank ends at once, saying
   // that this rank was aborted, instead of at its next 100 ms check.
   abort_.store(true);
-  if (oneShot_) oneShot_->markAborted();
   if (ipc_) ipc_->markAborted();
-  if (oneShot_) oneShot_->wake();  // a thread asleep on this rank's doorbell
+  if (oneShot_) {
+    oneShot_->markAborted();
+    oneShot_->wake();  // a thread asleep on this rank's doorbell
+  }
 }
 
 void Comm::setError(const Status& st) {
