@@ -277,12 +277,16 @@ TUTTI_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyn
       *asyncError = init;
       return ncclSuccess;
     }
+    // A non-blocking communicator's operations are in progress until its
+    // engine has run them (core/group.h, submitOne). Busy is asked first: a
+    // job records its error before it counts as finished, so once the engine
+    // reads idle the error of everything that ran is visible (read the other
+    // way round, a job failing in between was reported as a success).
+    const bool busy = !comm->blocking() && comm->impl()->engineBusy();
     *asyncError = static_cast<ncclResult_t>(comm->impl()->asyncErrorCode());
     if (*asyncError != ncclSuccess)  // an operation failed after its call returned
       tutti::capi::record(*asyncError, comm->impl()->error().message(), comm);
-    // A non-blocking communicator's operations are in progress until its
-    // engine has run them (core/group.h, submitOne).
-    if (*asyncError == ncclSuccess && !comm->blocking() && comm->impl()->engineBusy())
+    else if (busy)
       *asyncError = ncclInProgress;
     return ncclSuccess;
   });
