@@ -576,12 +576,16 @@ void Comm::noticeFailure(const Status& cause) {
   }
 }
 
+Status Comm::peerAbortedError(int peer, std::string_view detail) const {
+  return remoteError(
+      fmt::format("{} aborted its communicator (ncclCommAbort){}", describePeer(peer), detail));
+}
+
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
   if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
   // An aborted peer on this host says so in the arena, and sends no notice.
   if ((oneShot_ && oneShot_->peerAborted(peer)) || (ipc_ && ipc_->peerAborted(peer)))
-    return Status(observed.code(), fmt::format("{} aborted its communicator (ncclCommAbort): {}",
-                                               describePeer(peer), observed.message()));
+    return Status(observed.code(), peerAbortedError(peer, ": " + observed.message()).message());
   auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,
                                    nullptr);
   if (!got) return observed;  // no notice: the observation is the root cause

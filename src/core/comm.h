@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -234,6 +235,10 @@ class Comm {
   void noticeFailure(const Status& cause);
   Status explainPeerFailure(int peer, const Status& observed,
                             std::chrono::milliseconds wait = std::chrono::milliseconds(300));
+  // The one wording of "peer aborted": `detail` says what this rank was doing
+  // ("while this rank waited for it in ..."); an aborted rank sends no notice,
+  // so this is the root cause as it stands.
+  Status peerAbortedError(int peer, std::string_view detail) const;
 
  private:
   Comm() = default;

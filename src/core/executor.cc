@@ -594,9 +594,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
     // A peer that was aborted, failed or left says so in the arena.
     // (No root-cause lookup: an aborted rank sends no failure notice.)
     if (c_->oneShot() && c_->oneShot()->peerAborted(p.peer))
-      return remoteError(
-          fmt::format("{} aborted its communicator (ncclCommAbort) while this rank waited for it",
-                      c_->describePeer(p.peer)));
+      return c_->peerAbortedError(p.peer, " while this rank waited for it");
     if (c_->oneShot() && c_->oneShot()->peerGone(p.peer) &&
         Clock::now() - lastProgress > std::chrono::milliseconds(200))
       return peerFailure(

@@ -486,10 +486,9 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
     uint32_t state = seg_->state(q);
     if (state == ArenaSegment::kAborted) {
       // No notice follows (the aborted rank sends none): say it now.
-      return remoteError(fmt::format(
-          "{} aborted its communicator (ncclCommAbort) while this rank waited for it in {} "
-          "(one-shot path, operation {})",
-          comm_->describePeer(q), what, seq));
+      return comm_->peerAbortedError(
+          q, fmt::format(" while this rank waited for it in {} (one-shot path, operation {})", what,
+                         seq));
     }
     if (state == ArenaSegment::kFailed) {
       return comm_->explainPeerFailure(
