@@ -10,10 +10,8 @@
 #include "core/group.h"
 #include "core/staging.h"
 
-using tutti::Status;
 using tutti::algo::Collective;
 namespace core = tutti::core;
-namespace algo = tutti::algo;
 namespace capi = tutti::capi;
 using tutti::capi::checkComm;
 using tutti::capi::checkDtype;
@@ -25,24 +23,6 @@ using tutti::capi::typeName;
 
 namespace {
 
-ncclResult_t checkOp(int op, int dt, const char* fn, ncclComm_t comm) {
-  int v = op;
-  if (v >= 0 && v < ncclNumOps) return ncclSuccess;
-  const auto& userOps = comm->impl()->userOps();
-  size_t idx = static_cast<size_t>(v) - ncclNumOps;
-  if (v < 0 || idx >= userOps.size() || !userOps[idx].live)
-    return fail(ncclInvalidArgument,
-                std::string(fn) + ": invalid reduction op " + std::to_string(v) +
-                    " (not built-in and not created on this communicator)",
-                comm);
-  if (userOps[idx].dt != dt)
-    return fail(ncclInvalidArgument,
-                fmt::format("{}: reduction op {} was created for datatype {} but the call uses {}",
-                            fn, v, typeName(userOps[idx].dt), typeName(dt)),
-                comm);
-  return ncclSuccess;
-}
-
 // The handle of `impl` among `handles` (where a core error is recorded).
 ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles) {
   for (ncclComm* h : handles)
@@ -51,12 +31,13 @@ ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles
 }
 
 ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
-                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream,
-                        const core::Compressed* compressed = nullptr) {
+                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
-  if (core::isReducing(coll) && (rc = checkOp(op, dt, fn, comm)) != ncclSuccess) return rc;
+  if (core::isReducing(coll) &&
+      (rc = fromStatus(comm->impl()->checkRedOp(op, dt).withContext(fn), comm)) != ncclSuccess)
+    return rc;
   const int n = comm->nranks(), r = comm->rank();
   bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
                 coll == Collective::kGather || coll == Collective::kScatter;
@@ -88,22 +69,8 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
              "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
              static_cast<void*>(comm), n);
-  core::Op o;
-  o.comm = comm->impl();
-  o.coll = coll;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.op = op;
-  o.root = root;
-  o.stream = reinterpret_cast<core::Queue>(stream);
-  if (compressed) {
-    o.compress(*compressed);
-  } else if (coll == Collective::kAllReduce && count > 0) {
-    o.wire.format = core::envCompression(*o.comm, count * es, dt, op);
-    o.needsScale = o.wire.format == algo::Wire::kHalf;
-  }
+  const core::Op o = core::apiOp(*comm->impl(), coll, send, recv, count, dt, op, root,
+                                 reinterpret_cast<core::Queue>(stream));
   capi::GroupState& group = capi::threadGroup();
   if (group.depth > 0) {
     group.ops.push_back(o);

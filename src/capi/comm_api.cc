@@ -1,5 +1,6 @@
 // The NCCL C API, communicators: creation (ncclCommInit*, ncclCommSplit),
 // destruction and queries.
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -11,20 +12,13 @@
 #include "core/backend.h"
 #include "core/bootstrap.h"
 
-using tutti::Result;
-using tutti::Status;
-using tutti::algo::Collective;
 namespace core = tutti::core;
-namespace algo = tutti::algo;
 namespace capi = tutti::capi;
 using tutti::capi::checkComm;
-using tutti::capi::checkDtype;
 using tutti::capi::fail;
 using tutti::capi::fromStatus;
 using tutti::capi::guard;
 using tutti::capi::logVersionOnce;
-using tutti::capi::rawEnum;
-using tutti::capi::typeName;
 
 namespace tutti::capi {
 
@@ -71,18 +65,11 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
     if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) args.config.maxChannels = config->maxCTAs;
   }
   auto backend = core::processBackend();
-  if (!backend)
-    return fail(static_cast<ncclResult_t>(backend.status().code()),
-                std::string(fn) + ": " + backend.status().message());
-  if (device < 0) {
-    auto current = backend.value()->currentDevice();
-    if (!current)
-      return fail(static_cast<ncclResult_t>(current.status().code()),
-                  std::string(fn) + ": " + current.status().message());
-    device = current.value();
-  }
+  if (!backend) return fromStatus(backend.status().withContext(fn));
+  auto bound = device < 0 ? backend.value()->currentDevice() : backend.value()->bindDevice(device);
+  if (!bound) return fromStatus(bound.status().withContext(fn));
   args.backend = backend.value();
-  args.device = device;
+  args.device = bound.value();
   const bool blocking = args.config.blocking;
   auto* c = new ncclComm(std::move(args));
   tutti::capi::registerComm(c);
@@ -101,7 +88,10 @@ ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUni
 }
 
 void destroyComm(ncclComm* c, bool abort) {
-  tutti::capi::unregisterComm(c);  // new calls on this handle fail from now on
+  tutti::capi::unregisterComm(c);             // new calls on this handle fail from now on
+  auto& pending = capi::threadGroup().inits;  // created in the open group: not any more
+  pending.erase(std::remove(pending.begin(), pending.end(), c), pending.end());
+  if (abort) c->init.abort();  // a creation still running ends now, not at its deadline
   c->init.wait();
   if (core::Comm* impl = c->impl()) {
     // ncclCommAbort may come from another thread while an operation runs:
@@ -160,22 +150,12 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     // Rank i is bound to devlist[i] (or device i); the CPU backend has one
     // "device" that every rank shares, so any ids are accepted there.
     auto backend = core::processBackend();
-    if (!backend)
-      return fail(static_cast<ncclResult_t>(backend.status().code()),
-                  "ncclCommInitAll: " + backend.status().message());
-    if (!backend.value()->hostOnly()) {
-      auto n = backend.value()->deviceCount();
-      if (!n)
-        return fail(static_cast<ncclResult_t>(n.status().code()),
-                    "ncclCommInitAll: " + n.status().message());
-      for (int i = 0; i < ndev; ++i) {
-        int d = devlist ? devlist[i] : i;
-        if (d < 0 || d >= n.value())
-          return fail(ncclInvalidArgument,
-                      fmt::format("ncclCommInitAll: device {} of rank {} does not exist "
-                                  "(backend {} has {} device(s))",
-                                  d, i, backend.value()->name(), n.value()));
-      }
+    if (!backend) return fromStatus(backend.status().withContext("ncclCommInitAll"));
+    std::vector<int> devices(ndev);
+    for (int i = 0; i < ndev; ++i) {
+      auto d = backend.value()->bindDevice(devlist ? devlist[i] : i);
+      if (!d) return fromStatus(d.status().withContext(fmt::format("ncclCommInitAll: rank {}", i)));
+      devices[i] = d.value();
     }
     ncclUniqueId id;
     ncclResult_t rc = ncclGetUniqueId(&id);
@@ -183,8 +163,7 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     rc = ncclGroupStart();
     if (rc != ncclSuccess) return rc;
     for (int i = 0; i < ndev; ++i) {
-      const int device = backend.value()->hostOnly() ? 0 : devlist ? devlist[i] : i;
-      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr, device);
+      rc = initRank("ncclCommInitAll", &comms[i], ndev, id, i, nullptr, devices[i]);
       if (rc != ncclSuccess) capi::threadGroup().deferred = rc;
     }
     rc = ncclGroupEnd();

@@ -36,50 +36,6 @@ bool isLive(const tuttiCompressor* c) {
   return c && g_live.count(c) && c->magic == tuttiCompressor::kMagic;
 }
 
-const char* kindName(int kind) {
-  switch (kind) {
-    case tuttiCompressNone:
-      return "none";
-    case tuttiCompressFp16:
-      return "fp16";
-    case tuttiCompressBf16:
-      return "bf16";
-    case tuttiCompressOneBit:
-      return "1-bit";
-    case tuttiCompressPowerSGD:
-      return "PowerSGD";
-  }
-  return "?";
-}
-
-// The config with defaults filled in, or the reason it is invalid.
-std::string normalise(const tuttiCompressionConfig_t& in, tuttiCompressionConfig_t* out,
-                      bool* feedback) {
-  tuttiCompressionConfig_t d = TUTTI_COMPRESSION_CONFIG_INITIALIZER;
-  // Fields an older caller's struct has; the rest keep their defaults.
-  memcpy(&d, &in, std::min(in.size, sizeof(d)));
-  d.size = sizeof(d);
-  int kind;
-  memcpy(&kind, &d.kind, sizeof(kind));
-  if (kind < tuttiCompressNone || kind > tuttiCompressPowerSGD)
-    return fmt::format("unknown compression kind {}", kind);
-  if (d.errorFeedback < -1 || d.errorFeedback > 1)
-    return fmt::format("errorFeedback {} (must be -1, 0 or 1)", d.errorFeedback);
-  const bool stateful = kind == tuttiCompressOneBit || kind == tuttiCompressPowerSGD;
-  *feedback = d.errorFeedback == -1 ? stateful : d.errorFeedback == 1;
-  if (*feedback && !stateful)
-    return fmt::format("error feedback is offered for 1-bit and PowerSGD, not {}", kindName(kind));
-  if (kind == tuttiCompressPowerSGD) {
-    if (d.powerSgdRank < 1) return fmt::format("powerSgdRank {} (must be >= 1)", d.powerSgdRank);
-    if (!(d.epsilon >= 0)) return "epsilon must be >= 0";
-    if (!(d.minCompressionRate >= 0)) return "minCompressionRate must be >= 0";
-    if (d.warmStart != 0 && d.warmStart != 1)
-      return fmt::format("warmStart {} (must be 0 or 1)", d.warmStart);
-  }
-  *out = d;
-  return "";
-}
-
 ncclResult_t checkCompressor(tuttiCompressor_t c, const char* fn) {
   if (!c) return fail(ncclInvalidArgument, std::string(fn) + ": compressor is NULL");
   if (!isLive(c))
@@ -108,15 +64,14 @@ TUTTI_API ncclResult_t tuttiCompressorCreate(ncclComm_t comm,
                   comm);
     if (comm->init.state() != tutti::Code::kOk)
       return fail(ncclInvalidUsage, std::string(fn) + ": communicator is not initialised", comm);
-    tuttiCompressionConfig_t cfg;
-    bool feedback = false;
-    std::string why = normalise(*config, &cfg, &feedback);
-    if (!why.empty()) return fail(ncclInvalidArgument, std::string(fn) + ": " + why, comm);
+    auto settings = tutti::core::Compressor::resolve(*config);
+    if (!settings) return tutti::capi::fromStatus(settings.status().withContext(fn), comm);
     auto c = std::make_unique<tuttiCompressor>();
     c->comm = comm;
-    c->impl = std::make_unique<tutti::core::Compressor>(comm->impl(), cfg, feedback);
-    TUTTI_INFO(tutti::log::kColl, "{}: {} compressor{} for comm {}", fn, kindName(cfg.kind),
-               feedback ? " with error feedback" : "", static_cast<void*>(comm));
+    c->impl = std::make_unique<tutti::core::Compressor>(comm->impl(), settings.value());
+    TUTTI_INFO(tutti::log::kColl, "{}: {} compressor{} for comm {}", fn,
+               tutti::core::Compressor::kindName(settings->cfg.kind),
+               settings->feedback ? " with error feedback" : "", static_cast<void*>(comm));
     std::lock_guard<std::mutex> lk(g_mu);
     g_live.insert(c.get());
     *compressor = c.release();
@@ -170,13 +125,6 @@ TUTTI_API ncclResult_t tuttiAllReduceCompressed(const void* sendbuff, void* recv
     if (tutti::capi::inGroup())
       return fail(ncclInvalidUsage,
                   std::string(fn) + ": not allowed inside ncclGroupStart/ncclGroupEnd", comm);
-    if (compressor->impl->config().kind == tuttiCompressPowerSGD && count > 0 &&
-        (rows == 0 || cols == 0 || rows * cols != count || rows > count || cols > count))
-      return fail(ncclInvalidArgument,
-                  fmt::format("{}: PowerSGD needs the matrix shape: rows {} x cols {} must equal "
-                              "count {}",
-                              fn, rows, cols, count),
-                  comm);
     if (count > 0 && (!sendbuff || !recvbuff))
       return fail(ncclInvalidArgument,
                   std::string(fn) + (sendbuff ? ": recvbuff is NULL" : ": sendbuff is NULL"), comm);

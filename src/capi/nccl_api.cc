@@ -19,9 +19,7 @@
 #include "tutti/tutti.h"
 
 using tutti::Status;
-using tutti::algo::Collective;
 namespace core = tutti::core;
-namespace algo = tutti::algo;
 namespace capi = tutti::capi;
 using tutti::capi::checkComm;
 using tutti::capi::checkDtype;

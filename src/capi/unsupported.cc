@@ -57,13 +57,12 @@ using tutti::capi::fail;
 using tutti::capi::guard;
 namespace devapi = tutti::capi::devapi;
 
-ncclResult_t notSupported(const char* fn, ncclComm_t comm = nullptr) {
-  return fail(ncclInvalidUsage, std::string(fn) + " is not supported by tutti yet", comm);
-}
-
-// For functions without an ncclResult_t: record the error, ignore the code.
-void noteNotSupported(const char* fn, ncclComm_t comm = nullptr) {
-  (void)guard(fn, [&] { return notSupported(fn, comm); });
+// Records "<fn> is not supported by tutti yet"; ncclInvalidUsage. The
+// functions without an ncclResult_t ignore the code.
+ncclResult_t notSupported(const char* fn, ncclComm_t comm = nullptr) noexcept {
+  return guard(fn, [&] {
+    return fail(ncclInvalidUsage, std::string(fn) + " is not supported by tutti yet", comm);
+  });
 }
 
 }  // namespace
@@ -73,7 +72,7 @@ void noteNotSupported(const char* fn, ncclComm_t comm = nullptr) {
 // Fault-tolerance revoke: not supported (ncclCommAbort is the way to stop a
 // communicator in tutti today).
 TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int /*revokeFlags*/) {
-  return guard("ncclCommRevoke", [&] { return notSupported("ncclCommRevoke", comm); });
+  return notSupported("ncclCommRevoke", comm);
 }
 TUTTI_PNCCL(ncclCommRevoke)
 
@@ -81,10 +80,8 @@ TUTTI_PNCCL(ncclCommRevoke)
 TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* /*excludeRanksList*/,
                                       int /*excludeRanksCount*/, ncclComm_t* newcomm,
                                       ncclConfig_t* /*config*/, int /*shrinkFlags*/) {
-  return guard("ncclCommShrink", [&] {
-    if (newcomm != nullptr) *newcomm = nullptr;
-    return notSupported("ncclCommShrink", comm);
-  });
+  if (newcomm != nullptr) *newcomm = nullptr;
+  return notSupported("ncclCommShrink", comm);
 }
 TUTTI_PNCCL(ncclCommShrink)
 
@@ -93,16 +90,13 @@ TUTTI_PNCCL(ncclCommShrink)
 // Not supported; *win is set to NULL.
 TUTTI_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* /*buff*/, size_t /*size*/,
                                               ncclWindow_t* win, int /*winFlags*/) {
-  return guard("ncclCommWindowRegister", [&] {
-    if (win != nullptr) *win = nullptr;
-    return notSupported("ncclCommWindowRegister", comm);
-  });
+  if (win != nullptr) *win = nullptr;
+  return notSupported("ncclCommWindowRegister", comm);
 }
 TUTTI_PNCCL(ncclCommWindowRegister)
 
 TUTTI_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t /*win*/) {
-  return guard("ncclCommWindowDeregister",
-               [&] { return notSupported("ncclCommWindowDeregister", comm); });
+  return notSupported("ncclCommWindowDeregister", comm);
 }
 TUTTI_PNCCL(ncclCommWindowDeregister)
 
@@ -111,7 +105,7 @@ TUTTI_PNCCL(ncclCommWindowDeregister)
 // Not supported: simInfo is left untouched. NOTE: the enclosing group is not
 // ended by this call; callers must still end it with ncclGroupEnd.
 TUTTI_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* /*simInfo*/) {
-  return guard("ncclGroupSimulateEnd", [&] { return notSupported("ncclGroupSimulateEnd"); });
+  return notSupported("ncclGroupSimulateEnd");
 }
 TUTTI_PNCCL(ncclGroupSimulateEnd)
 
@@ -147,46 +141,46 @@ TUTTI_API void ncclResetDebugInitInternal(void) {
 TUTTI_API ncclResult_t ncclDevCommCreate(ncclComm_t comm,
                                          const devapi::DevCommRequirements* /*reqs*/,
                                          devapi::DevComm* /*outDevComm*/) {
-  return guard("ncclDevCommCreate", [&] { return notSupported("ncclDevCommCreate", comm); });
+  return notSupported("ncclDevCommCreate", comm);
 }
 TUTTI_PNCCL(ncclDevCommCreate)
 
 TUTTI_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const devapi::DevComm* /*devComm*/) {
-  return guard("ncclDevCommDestroy", [&] { return notSupported("ncclDevCommDestroy", comm); });
+  return notSupported("ncclDevCommDestroy", comm);
 }
 TUTTI_PNCCL(ncclDevCommDestroy)
 
 // Not supported: returns the empty team {nRanks 0, rank 0, stride 0}.
 TUTTI_API devapi::Team ncclTeamWorld(ncclComm_t comm) {
-  noteNotSupported("ncclTeamWorld", comm);
+  (void)notSupported("ncclTeamWorld", comm);
   return devapi::kEmptyTeam;
 }
 TUTTI_PNCCL(ncclTeamWorld)
 
 // Not supported: returns the empty team.
 TUTTI_API devapi::Team ncclTeamLsa(ncclComm_t comm) {
-  noteNotSupported("ncclTeamLsa", comm);
+  (void)notSupported("ncclTeamLsa", comm);
   return devapi::kEmptyTeam;
 }
 TUTTI_PNCCL(ncclTeamLsa)
 
 // Not supported: returns the empty team.
 TUTTI_API devapi::Team ncclTeamRail(ncclComm_t comm) {
-  noteNotSupported("ncclTeamRail", comm);
+  (void)notSupported("ncclTeamRail", comm);
   return devapi::kEmptyTeam;
 }
 TUTTI_PNCCL(ncclTeamRail)
 
 // Not supported: returns -1 (no such rank) rather than 0, which is a valid rank.
 TUTTI_API int ncclTeamRankToWorld(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
-  noteNotSupported("ncclTeamRankToWorld", comm);
+  (void)notSupported("ncclTeamRankToWorld", comm);
   return devapi::kNoRank;
 }
 TUTTI_PNCCL(ncclTeamRankToWorld)
 
 // Not supported: returns -1 (no such rank).
 TUTTI_API int ncclTeamRankToLsa(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
-  noteNotSupported("ncclTeamRankToLsa", comm);
+  (void)notSupported("ncclTeamRankToLsa", comm);
   return devapi::kNoRank;
 }
 TUTTI_PNCCL(ncclTeamRankToLsa)
@@ -194,22 +188,20 @@ TUTTI_PNCCL(ncclTeamRankToLsa)
 TUTTI_API ncclResult_t ncclLsaBarrierCreateRequirement(
     devapi::Team /*team*/, int /*nBarriers*/, devapi::LsaBarrierHandle* /*outHandle*/,
     devapi::DevResourceRequirements* /*outReq*/) {
-  return guard("ncclLsaBarrierCreateRequirement",
-               [] { return notSupported("ncclLsaBarrierCreateRequirement"); });
+  return notSupported("ncclLsaBarrierCreateRequirement");
 }
 TUTTI_PNCCL(ncclLsaBarrierCreateRequirement)
 
 TUTTI_API ncclResult_t ncclGinBarrierCreateRequirement(
     ncclComm_t comm, devapi::Team /*team*/, int /*nBarriers*/,
     devapi::GinBarrierHandle* /*outHandle*/, devapi::DevResourceRequirements* /*outReq*/) {
-  return guard("ncclGinBarrierCreateRequirement",
-               [&] { return notSupported("ncclGinBarrierCreateRequirement", comm); });
+  return notSupported("ncclGinBarrierCreateRequirement", comm);
 }
 TUTTI_PNCCL(ncclGinBarrierCreateRequirement)
 
 // Not supported: returns 0 slots.
 TUTTI_API int ncclLLA2ACalcSlots(int /*maxElts*/, int /*maxEltSize*/) {
-  noteNotSupported("ncclLLA2ACalcSlots");
+  (void)notSupported("ncclLLA2ACalcSlots");
   return 0;
 }
 TUTTI_PNCCL(ncclLLA2ACalcSlots)
@@ -217,7 +209,6 @@ TUTTI_PNCCL(ncclLLA2ACalcSlots)
 TUTTI_API ncclResult_t ncclLLA2ACreateRequirement(int /*nBlocks*/, int /*nSlots*/,
                                                   devapi::LLA2AHandle* /*outHandle*/,
                                                   devapi::DevResourceRequirements* /*outReq*/) {
-  return guard("ncclLLA2ACreateRequirement",
-               [] { return notSupported("ncclLLA2ACreateRequirement"); });
+  return notSupported("ncclLLA2ACreateRequirement");
 }
 TUTTI_PNCCL(ncclLLA2ACreateRequirement)

@@ -187,6 +187,15 @@ Result<int> Backend::currentDevice() {
   return static_cast<int>(d);
 }
 
+Result<int> Backend::bindDevice(int device) {
+  if (hostOnly_) return 0;
+  TUTTI_ASSIGN_OR_RETURN(const int n, deviceCount());
+  if (device < 0 || device >= n)
+    return invalidArgument(
+        fmt::format("device {} does not exist (backend {} has {} device(s))", device, name_, n));
+  return device;
+}
+
 // A field the plugin's structSize does not wholly cover is NULL in table_
 // (fromTable copies whole fields only), so NULL says both "not offered" and
 // "beyond its table".

@@ -69,6 +69,10 @@ class Backend {
 
   Result<int> deviceCount();
   Result<int> currentDevice();
+  // The device a communicator asked for `device` binds to: that one when it
+  // exists (kInvalidArgument naming it otherwise). A hostOnly backend has one
+  // device that every rank shares: any id is 0 there.
+  Result<int> bindDevice(int device);
   // Makes `device` the calling thread's current device. Without the plugin's
   // setDevice: succeeds when device is already current, else kInvalidUsage.
   Status setDevice(int device);

@@ -83,8 +83,10 @@ int deviceNumaNode(const topo::Topology& t, Backend& backend, int device, int ra
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
-                                           const CommConfig& config, Backend* backend, int device) {
+                                           const CommConfig& config, Backend* backend, int device,
+                                           std::atomic<bool>* abortFlag) {
   std::unique_ptr<Comm> c(new Comm());
+  c->abort_ = abortFlag;
   c->rank_ = rank;
   c->nranks_ = nranks;
   c->config_ = config;
@@ -135,7 +137,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   // A bad TUTTI_TEST_NODES fails on every rank before anyone waits for it.
   if (params::get("TUTTI_TEST_NODES"))
     TUTTI_RETURN_IF_ERROR(nodeMapFor(std::vector<uint64_t>(nranks, 0)).status());
-  TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, &c->abort_));
+  TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, c->abort_));
   c->shm_ = transport::makeShmTransport();
   c->tcp_ = transport::makeTcpTransport();
   c->channels_.resize(nranks);
@@ -289,7 +291,7 @@ Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
     return internalError(fmt::format("link probe: no connection to {}", describePeer(peer)));
   LinkProbeOptions opt;
   opt.deadline = bootstrap_->deadline();
-  opt.abortFlag = &abort_;
+  opt.abortFlag = abort_;
   opt.oversubscribed = oversubscribed_;
   if (sameHost(peer)) {
     // Pretend nodes (TUTTI_TEST_NODES) on one host: no rate limiter or slow
@@ -323,7 +325,7 @@ Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
 }
 
 Comm::~Comm() {
-  abort_.store(true);
+  abort_->store(true);
   engineSeen_.store(nullptr);
   engine_.reset();  // first: its jobs use everything below (they fail fast now)
   ipc_.reset();     // first: it waits through its own arena for peers still reading its buffers
@@ -365,6 +367,20 @@ int Comm::createPreMulSum(const void* scalar, int dt, int residence) {
   else
     userOps_[idx] = u;
   return ncclNumOps + static_cast<int>(idx);
+}
+
+Status Comm::checkRedOp(int op, int dt) const {
+  if (op >= 0 && op < ncclNumOps) return Status::ok();
+  const size_t idx = static_cast<size_t>(op) - ncclNumOps;
+  if (op < 0 || idx >= userOps_.size() || !userOps_[idx].live)
+    return invalidArgument(fmt::format(
+        "invalid reduction op {} (not built-in and not created on this communicator)", op));
+  if (userOps_[idx].dt != dt)
+    return invalidArgument(
+        fmt::format("reduction op {} was created for datatype {} but the call uses {}", op,
+                    dataTypeName(static_cast<DataType>(userOps_[idx].dt)),
+                    dataTypeName(static_cast<DataType>(dt))));
+  return Status::ok();
 }
 
 bool Comm::destroyUserOp(int op) {
@@ -485,7 +501,7 @@ Status Comm::connectPair(int peer) {
     ctx.bufferBytes = bufferBytes_;
     ctx.control = bootstrap_.get();
     ctx.deadline = bootstrap_->deadline();
-    ctx.abortFlag = &abort_;
+    ctx.abortFlag = abort_;
     uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
     ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
     if (oneShot_) ctx.peerBell = oneShot_->bell(peer);  // all on one host
@@ -527,7 +543,7 @@ void Comm::abort() {
   // peers on this host, the arena state (one atomic word in shared memory,
   // safe from any thread): a peer waiting on this rank ends at once, saying
   // that this rank was aborted, instead of at its next 100 ms check.
-  abort_.store(true);
+  abort_->store(true);
   if (ipc_) ipc_->markAborted();
   if (oneShot_) {
     oneShot_->markAborted();
@@ -576,16 +592,16 @@ void Comm::noticeFailure(const Status& cause) {
   }
 }
 
-Status Comm::peerAbortedError(int peer, std::string_view detail) const {
-  return remoteError(
-      fmt::format("{} aborted its communicator (ncclCommAbort){}", describePeer(peer), detail));
+Status Comm::peerAbortedError(int peer, std::string_view detail, Code code) const {
+  return Status(code, fmt::format("{} aborted its communicator (ncclCommAbort){}",
+                                  describePeer(peer), detail));
 }
 
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
   if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
   // An aborted peer on this host says so in the arena, and sends no notice.
   if ((oneShot_ && oneShot_->peerAborted(peer)) || (ipc_ && ipc_->peerAborted(peer)))
-    return Status(observed.code(), peerAbortedError(peer, ": " + observed.message()).message());
+    return peerAbortedError(peer, ": " + observed.message(), observed.code());
   auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,
                                    nullptr);
   if (!got) return observed;  // no notice: the observation is the root cause

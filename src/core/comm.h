@@ -86,9 +86,12 @@ class Comm {
   // `backend` (the process backend) and `device` (the device this rank is
   // bound to): where its buffers live. Ranks on one host negotiate device IPC
   // here (core/device_ipc.h).
+  // `abortFlag`: this communicator's abort flag, owned by its creation
+  // (core/init.h) so that ncclCommAbort reaches the creation while it runs;
+  // it outlives the communicator.
   static Result<std::unique_ptr<Comm>> create(const UniqueIdData& id, int rank, int nranks,
                                               const CommConfig& config, Backend* backend,
-                                              int device);
+                                              int device, std::atomic<bool>* abortFlag);
   ~Comm();
 
   int rank() const { return rank_; }
@@ -169,7 +172,10 @@ class Comm {
   // scalar lives at `scalar` (ncclScalarDevice: read at each use) or is
   // copied now (ncclScalarHostImmediate); its op value, a freed slot reused.
   // destroyUserOp: false when `op` is no live operator of this communicator.
+  // checkRedOp: `op` is built-in, or a live operator of this communicator
+  // created for `dt` (a valid datatype); kInvalidArgument saying which not.
   const std::vector<UserRedOp>& userOps() const { return userOps_; }
+  Status checkRedOp(int op, int dt) const;
   int createPreMulSum(const void* scalar, int dt, int residence);
   bool destroyUserOp(int op);
   // ncclCommRegister's records: the handle is the record's address.
@@ -203,8 +209,8 @@ class Comm {
 
   std::mutex& mutex() { return mu_; }
   void abort();
-  bool aborted() const { return abort_.load(std::memory_order_relaxed); }
-  const std::atomic<bool>* abortFlag() const { return &abort_; }
+  bool aborted() const { return abort_->load(std::memory_order_relaxed); }
+  const std::atomic<bool>* abortFlag() const { return abort_; }
   // Records the first error; later operations fail fast with it.
   void setError(const Status& st);
   Status error() const;
@@ -237,8 +243,9 @@ class Comm {
                             std::chrono::milliseconds wait = std::chrono::milliseconds(300));
   // The one wording of "peer aborted": `detail` says what this rank was doing
   // ("while this rank waited for it in ..."); an aborted rank sends no notice,
-  // so this is the root cause as it stands.
-  Status peerAbortedError(int peer, std::string_view detail) const;
+  // so this is the root cause as it stands. kRemoteError unless `code` says
+  // otherwise (the code of what this rank observed).
+  Status peerAbortedError(int peer, std::string_view detail, Code code = Code::kRemoteError) const;
 
  private:
   Comm() = default;
@@ -296,7 +303,7 @@ class Comm {
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;
   std::mutex mu_;
-  std::atomic<bool> abort_{false};
+  std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};

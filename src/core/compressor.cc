@@ -44,8 +44,51 @@ struct Compressor::Tensor {
   std::unique_ptr<compress::PowerSgdState> powerSgd;
 };
 
-Compressor::Compressor(Comm* comm, const tuttiCompressionConfig_t& cfg, bool feedback)
-    : comm_(comm), cfg_(cfg), feedback_(feedback) {}
+const char* Compressor::kindName(int kind) {
+  switch (kind) {
+    case tuttiCompressNone:
+      return "none";
+    case tuttiCompressFp16:
+      return "fp16";
+    case tuttiCompressBf16:
+      return "bf16";
+    case tuttiCompressOneBit:
+      return "1-bit";
+    case tuttiCompressPowerSGD:
+      return "PowerSGD";
+  }
+  return "?";
+}
+
+Result<Compressor::Settings> Compressor::resolve(const tuttiCompressionConfig_t& in) {
+  Settings s{TUTTI_COMPRESSION_CONFIG_INITIALIZER, false};
+  tuttiCompressionConfig_t& d = s.cfg;
+  memcpy(&d, &in, std::min(in.size, sizeof(d)));
+  d.size = sizeof(d);
+  int kind;  // as the caller's int: loading an out-of-range enum is undefined
+  memcpy(&kind, &d.kind, sizeof(kind));
+  if (kind < tuttiCompressNone || kind > tuttiCompressPowerSGD)
+    return invalidArgument(fmt::format("unknown compression kind {}", kind));
+  if (d.errorFeedback < -1 || d.errorFeedback > 1)
+    return invalidArgument(fmt::format("errorFeedback {} (must be -1, 0 or 1)", d.errorFeedback));
+  const bool stateful = kind == tuttiCompressOneBit || kind == tuttiCompressPowerSGD;
+  s.feedback = d.errorFeedback == -1 ? stateful : d.errorFeedback == 1;
+  if (s.feedback && !stateful)
+    return invalidArgument(
+        fmt::format("error feedback is offered for 1-bit and PowerSGD, not {}", kindName(kind)));
+  if (kind == tuttiCompressPowerSGD) {
+    if (d.powerSgdRank < 1)
+      return invalidArgument(fmt::format("powerSgdRank {} (must be >= 1)", d.powerSgdRank));
+    if (!(d.epsilon >= 0)) return invalidArgument("epsilon must be >= 0");
+    if (!(d.minCompressionRate >= 0)) return invalidArgument("minCompressionRate must be >= 0");
+    if (d.warmStart != 0 && d.warmStart != 1)
+      return invalidArgument(fmt::format("warmStart {} (must be 0 or 1)", d.warmStart));
+  }
+  return s;
+}
+
+Compressor::Compressor(Comm* comm, const Settings& settings)
+    : comm_(comm), cfg_(settings.cfg), feedback_(settings.feedback) {}
 
 Compressor::~Compressor() = default;
 
@@ -365,6 +408,11 @@ Status Compressor::submit(const void* send, void* recv, size_t count, int op,
                           unsigned long long key, size_t rows, size_t cols, Queue stream,
                           bool* inProgress) {
   *inProgress = false;
+  if (cfg_.kind == tuttiCompressPowerSGD && count > 0 &&
+      (rows == 0 || cols == 0 || rows > count || cols > count || rows * cols != count))
+    return invalidArgument(
+        fmt::format("{}: PowerSGD needs the matrix shape: rows {} x cols {} must equal count {}",
+                    kFn, rows, cols, count));
   // The shape a key was first used with, checked before anything is queued.
   // (A key used only with count 0 so far has no shape yet.)
   auto [it, fresh] = shapes_.try_emplace(key, Shape{count, rows, cols});

@@ -1,8 +1,9 @@
 // A compressor (tutti/tutti.h): compressed all-reduce with per-gradient state.
 //
 // Contract
-// - Created by the C boundary with a validated configuration (defaults
-//   filled in, error feedback resolved); local, no communication.
+// - resolve(): the caller's configuration with its defaults filled in and
+//   error feedback decided, or why it is invalid. A compressor is created
+//   with what resolve() returned; local, no communication.
 // - allReduce(): one compressed all-reduce of `count` float32 values, sum or
 //   average, keyed by `key` (the gradient: its state is created on first use
 //   and keeps its count and shape; a mismatch is ncclInvalidArgument).
@@ -39,7 +40,22 @@ class Comm;
 
 class Compressor {
  public:
-  Compressor(Comm* comm, const tuttiCompressionConfig_t& cfg, bool feedback);
+  // What a compressor runs with: the config, every field set (a shorter
+  // struct from an older caller keeps the defaults of the fields it lacks),
+  // and whether error feedback is on (errorFeedback -1: on for the stateful
+  // kinds, 1-bit and PowerSGD).
+  struct Settings {
+    tuttiCompressionConfig_t cfg;
+    bool feedback;
+  };
+  // `in` checked (kind, errorFeedback, PowerSGD's fields): kInvalidArgument
+  // saying what is wrong. `in.size` must cover the fields before
+  // errorFeedback (the C boundary checks it).
+  static Result<Settings> resolve(const tuttiCompressionConfig_t& in);
+  // "fp16", "1-bit", "PowerSGD", ... for messages; "?" for an unknown kind.
+  static const char* kindName(int kind);
+
+  Compressor(Comm* comm, const Settings& settings);
   ~Compressor();
   Compressor(const Compressor&) = delete;
   Compressor& operator=(const Compressor&) = delete;
@@ -47,7 +63,8 @@ class Compressor {
   const tuttiCompressionConfig_t& config() const { return cfg_; }
 
   // One compressed all-reduce (op: ncclSum or ncclAvg; rows x cols:
-  // PowerSGD's matrix shape, checked against the key's first use here): on
+  // PowerSGD's matrix shape, rows * cols == count, checked against the
+  // key's first use: kInvalidArgument otherwise, nothing queued): on
   // the communicator's engine when `stream` is a device stream it takes
   // (core/group.h, runsOnEngine: queued, returns at once) or the
   // communicator is non-blocking (queued; *inProgress set: done when

@@ -287,7 +287,8 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
     }
     p2p.local.push_back({algo::LocalKind::kCopy,
                          {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(rcv.recv)},
-                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(snd.send)}, sb});
+                         {algo::Buf::kAbs, reinterpret_cast<uintptr_t>(snd.send)},
+                         sb});
   }
   w->schedules[0] = std::move(p2p);
   if (bind) {
@@ -431,8 +432,8 @@ OpShape shapeOf(const Op& o) {
   s.dt = o.dt;
   s.op = o.op;
   s.root = o.root;
-  s.inPlace = o.coll != Collective::kSend && o.coll != Collective::kRecv &&
-              inPlaceOf(o, elemSize(o.dt));
+  s.inPlace =
+      o.coll != Collective::kSend && o.coll != Collective::kRecv && inPlaceOf(o, elemSize(o.dt));
   s.spec = specOf(o);
   return s;
 }
@@ -483,8 +484,7 @@ struct FusedSet {
   size_t at = 0;                // offset of the packed buffer in the plan's memory
   Op op;                        // the fused operation (buffers set by place())
   size_t packedBytes(int nranks) const {
-    const bool perRank =
-        op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter;
+    const bool perRank = op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter;
     return (perRank ? nranks * block : block);
   }
   // The fused operation's buffers in the packed buffer at `base`, in place.
@@ -563,8 +563,7 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
   Work& w = p.work;
   for (size_t i = 1; i < w.schedules.size(); ++i) {
     const Op& o = p.opAt(ops, p.bind.source[i]);
-    w.buffers[i] = {static_cast<uint8_t*>(const_cast<void*>(o.send)),
-                    static_cast<uint8_t*>(o.recv),
+    w.buffers[i] = {static_cast<uint8_t*>(const_cast<void*>(o.send)), static_cast<uint8_t*>(o.recv),
                     mem ? mem + p.packedBytes + p.bind.scratchOff[i] : nullptr, nullptr,
                     reinterpret_cast<uint8_t*>(o.state)};
     w.wireBytes[i] = o.wireBytes;
@@ -637,8 +636,8 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     f.op.count = f.block / elemSize(f.op.dt);
     f.at = p->packedBytes;
     p->packedBytes += (f.packedBytes(comm.nranks()) + 63) / 64 * 64;
-    TUTTI_INFO(log::kTuning, "group: {} {}s fused into one of {} bytes per rank",
-               f.parts.size(), algo::collectiveName(f.op.coll), f.block);
+    TUTTI_INFO(log::kTuning, "group: {} {}s fused into one of {} bytes per rank", f.parts.size(),
+               algo::collectiveName(f.op.coll), f.block);
   }
   // The fused operations' buffers must exist while the work is built (whether
   // they are in place decides the schedule); bindPlan places them again.
@@ -802,6 +801,8 @@ RunResult runAlone(const Op& op) {
 
 }  // namespace
 
+namespace {
+
 algo::Wire envCompression(const Comm& comm, size_t bytes, int dt, int op) {
   if (dt != ncclFloat32 || (op != ncclSum && op != ncclAvg) || comm.nranks() < 2)
     return algo::Wire::kRaw;
@@ -809,6 +810,27 @@ algo::Wire envCompression(const Comm& comm, size_t bytes, int dt, int op) {
   if (mode.empty() || bytes < comm.compressionMinBytes()) return algo::Wire::kRaw;
   if (comm.nodeMap().nNodes() < 2) return algo::Wire::kRaw;
   return mode == "fp16" ? algo::Wire::kHalf : algo::Wire::kBf16;
+}
+
+}  // namespace
+
+Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count, int dt, int op,
+         int root, Queue stream) {
+  Op o;
+  o.comm = &comm;
+  o.coll = coll;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  o.root = root;
+  o.stream = stream;
+  if (coll == Collective::kAllReduce && count > 0) {
+    o.wire.format = envCompression(comm, count * dataTypeSize(static_cast<DataType>(dt)), dt, op);
+    o.needsScale = o.wire.format == algo::Wire::kHalf;
+  }
+  return o;
 }
 
 RunResult runOne(const Op& op) {

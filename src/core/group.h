@@ -68,9 +68,11 @@ bool runsOnEngine(Comm& comm, Queue stream);
 // none): for tests.
 uint64_t plansBuilt(Comm& comm);
 
-// What TUTTI_COMPRESSION asks of a plain all-reduce on `comm` (float32
+// The operation an API call describes on `comm` (arguments validated): exact,
+// or an all-reduce with the wire format TUTTI_COMPRESSION asks of it (float32
 // sum/avg of at least TUTTI_COMPRESSION_MIN_BYTES, communicator spanning
-// several nodes): fp16 or bf16 on the wire, or nothing.
-algo::Wire envCompression(const Comm& comm, size_t bytes, int dt, int op);
+// several nodes: fp16 or bf16).
+Op apiOp(Comm& comm, algo::Collective coll, const void* send, void* recv, size_t count, int dt,
+         int op, int root, Queue stream);
 
 }  // namespace tutti::core

@@ -16,8 +16,8 @@ void CommInit::finish(Status st) {
 
 void CommInit::run() {
   log::setThreadRank(args_.rank);
-  auto res =
-      Comm::create(args_.id, args_.rank, args_.nranks, args_.config, args_.backend, args_.device);
+  auto res = Comm::create(args_.id, args_.rank, args_.nranks, args_.config, args_.backend,
+                          args_.device, &abort_);
   if (!res) return finish(res.status());
   comm_ = std::move(res.value());
   finish(Status::ok());

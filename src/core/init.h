@@ -16,9 +16,12 @@
 //   runAll(): several at once, one thread each when there is more than one
 //   (one thread may create every rank of a communicator), returning when
 //   all have finished.
+// - abort(): raises the communicator's abort flag: a creation still running
+//   ends within one 50 ms slice of the wait it is in, with an error; once
+//   created, it is the communicator's flag (Comm::abort raises the same).
 // - wait(): returns once the creation has finished (joins its thread).
-//   The destructor waits too: a creation ends by success, by error, or at
-//   TUTTI_INIT_TIMEOUT.
+//   The destructor waits too: a creation ends by success, by error, by
+//   abort(), or at TUTTI_INIT_TIMEOUT.
 #pragma once
 
 #include <atomic>
@@ -54,6 +57,7 @@ class CommInit {
   void run();
   void start();
   static void runAll(const std::vector<CommInit*>& inits);
+  void abort() { abort_.store(true); }
   void wait();
 
   Code state() const { return static_cast<Code>(state_.load(std::memory_order_acquire)); }
@@ -70,6 +74,7 @@ class CommInit {
   const InitArgs args_;
   std::atomic<int> state_{static_cast<int>(Code::kInProgress)};
   Status status_;
+  std::atomic<bool> abort_{false};  // the communicator's flag: declared before comm_, outlives it
   std::unique_ptr<Comm> comm_;
   std::mutex threadMu_;  // start() and wait() may race (a poll and a destroy)
   std::thread thread_;

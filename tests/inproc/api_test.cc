@@ -1,5 +1,6 @@
 // Groups, point-to-point, split, dynamic channel balancing, timeouts and bad
 // arguments, through the public C API with ranks as threads.
+#include <chrono>
 #include <numeric>
 
 #include "capi/handle.h"
@@ -80,6 +81,31 @@ TEST(Groups, CommInitAll) {
     EXPECT_EQ(count, n);
   }
   for (auto c : comms) ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A communicator created inside a group and destroyed (or aborted) before
+// the group ends is not created at ncclGroupEnd; the group's other
+// communicators are, and work. (The group used to keep the freed handle and
+// create it at ncclGroupEnd: a use after free.)
+TEST(Groups, CommunicatorDestroyedBeforeItsGroupEndsIsNotCreated) {
+  for (const bool abort : {false, true}) {
+    ncclUniqueId ids[3];
+    for (auto& id : ids) ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comms[3] = {nullptr, nullptr, nullptr};
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(ncclCommInitRank(&comms[i], 1, ids[i], 0), ncclSuccess);
+    ASSERT_EQ(abort ? ncclCommAbort(comms[1]) : ncclCommDestroy(comms[1]), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    for (int i : {0, 2}) {
+      int32_t in[3] = {7, -8, 9}, out[3] = {0, 0, 0};
+      ASSERT_EQ(ncclAllReduce(in, out, 3, ncclInt32, ncclSum, comms[i], nullptr), ncclSuccess)
+          << ncclGetLastError(comms[i]);
+      EXPECT_EQ(out[0], 7);
+      EXPECT_EQ(out[1], -8);
+      EXPECT_EQ(out[2], 9);
+      ASSERT_EQ(ncclCommDestroy(comms[i]), ncclSuccess);
+    }
+  }
 }
 
 TEST(Groups, ManyOperationsInOneGroup) {
@@ -468,6 +494,45 @@ TEST(Config, NonBlockingInitReportsInProgressThenSuccess) {
       ASSERT_EQ(ncclCommDestroy(c), ncclSuccess);
     });
   for (auto& t : ts) t.join();
+}
+
+// ncclCommAbort of a non-blocking communicator whose creation still waits
+// for its peers (rank 2 of 3 never comes) ends the creation at once instead
+// of at TUTTI_INIT_TIMEOUT (120 s here), and the rank that joined with it
+// is told (its root sees the aborted rank hang up) instead of waiting too.
+// The bounds (10 s, 30 s) leave sanitizers room; waiting for the deadline
+// would take 120 s.
+TEST(Config, AbortEndsANonBlockingInitThatWaitsForItsPeers) {
+  Env env({{"TUTTI_INIT_TIMEOUT", "120"}, {"NCCL_SOCKET_IFNAME", "lo"}});
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r) {
+    const ncclResult_t rc = ncclCommInitRankConfig(&comms[r], 3, id, r, &cfg);
+    ASSERT_EQ(rc, ncclInProgress) << ncclGetLastError(nullptr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (ncclComm_t c : comms) {
+    ncclResult_t st = ncclSuccess;
+    ASSERT_EQ(ncclCommGetAsyncError(c, &st), ncclSuccess);
+    ASSERT_EQ(st, ncclInProgress) << "the creation should still wait for rank 2";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  const double abortS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(abortS, 10.0) << "ncclCommAbort waited for the creation's deadline";
+  ncclResult_t st = ncclInProgress;
+  while (st == ncclInProgress && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    ASSERT_EQ(ncclCommGetAsyncError(comms[1], &st), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_NE(st, ncclInProgress) << "rank 1 still waits 30 s after rank 0 aborted";
+  EXPECT_NE(st, ncclSuccess);
+  EXPECT_STRNE(ncclGetLastError(comms[1]), "");
+  ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
 }
 
 }  // namespace
