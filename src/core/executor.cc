@@ -144,9 +144,8 @@ class Run {
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
   // What this run waits for can ring this rank's doorbell: the communicator
-  // has a node arena and no one-shot step is pending (arena slots ring
-  // nothing).
-  bool sleepsOnBell() const { return c_->oneShot() && smallNext_ >= w_->small.size(); }
+  // has a node arena (shared-memory rings and one-shot steps both ring it).
+  bool sleepsOnBell() const { return c_->oneShot() != nullptr; }
   Status checkStalled(Clock::time_point lastProgress);
   // Adds the sockets this run waits on; *unpollable when some pending
   // channel has no fd (shared memory) and must be polled by trying; *ready
@@ -852,8 +851,8 @@ Status execute(std::vector<Work*>& work) {
     // rank's doorbell until a peer has moved bytes for it (at most
     // kBellSleep), so ranks that outnumber cores still progress and a long
     // wait costs no wake-ups. Without a doorbell to sleep on (no node arena,
-    // sockets to poll too, several communicators on this thread, a one-shot
-    // step waiting on arena slots, which ring nothing), nap instead.
+    // sockets to poll too, several communicators on this thread), nap
+    // instead.
     if (backoff.napping() && fds.empty() && runs.size() == 1 && runs[0]->sleepsOnBell()) {
       bool moved = false;
       Status st;

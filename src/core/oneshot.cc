@@ -13,6 +13,7 @@
 #include "core/comm.h"
 #include "topology/topology.h"
 #include "transports/shm/cma.h"
+#include "transports/shm/doorbell.h"
 
 namespace tutti::core {
 namespace {
@@ -57,6 +58,9 @@ bool needs(const OneShotOp& op, int rank, int q) {
 // into the arena). Such a block is not published: complete() reads it from
 // the send buffer.
 constexpr size_t kNoOwnBlock = ~size_t{0};
+// The longest sleep on the doorbell in run(): the checks (abort, a peer gone,
+// the timeout) run between sleeps.
+constexpr std::chrono::microseconds kBellSleep{1000};
 size_t ownBlockOffset(const OneShotOp& op, int rank) {
   if (op.spec.op == RedOp::kPreMulSum) return kNoOwnBlock;
   if (op.coll == Collective::kReduceScatter) return rank * op.count * op.elemSize;
@@ -303,6 +307,12 @@ Status OneShot::readDirect(const OneShotOp& op) {
   return Status::ok();
 }
 
+void OneShot::ringPeers() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the stores above, then the sleepers
+  for (int q = 0; q < nranks_; ++q)
+    if (q != rank_) transport::shm::ringFenced(seg_->bell(q));
+}
+
 bool OneShot::published(int q, int cls, uint64_t seq) {
   uint64_t& seen = seen_[cls][q];
   if (seen >= seq) return true;
@@ -347,6 +357,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     seg_->postedSignature(rank_).store(sig, std::memory_order_relaxed);
     seg_->posted(rank_).store(op.global << 1 | static_cast<uint64_t>(cls),
                               std::memory_order_release);
+    ringPeers();
     seen_[cls][rank_] = c;
     op.cls = static_cast<uint8_t>(cls);
     op.seq = c;
@@ -376,6 +387,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     }
     TUTTI_RETURN_IF_ERROR(readDirect(op));
     seg_->ack(rank_).store(op.seq, std::memory_order_release);
+    ringPeers();
     op.readsDone = true;
     *moved = true;
   }
@@ -537,10 +549,27 @@ Status OneShot::run(OneShotOp& op) {
       nextCheck = std::chrono::milliseconds(100);
       continue;
     }
-    if (st) {
+    if (st && backoff.napping()) {
+      // Past spinning and yielding: sleep on this rank's doorbell until a
+      // peer publishes or acknowledges (progress() rings the others' bells)
+      // or kBellSleep passes (the checks below still run), instead of
+      // napping on a timer. An abort rings it too (Comm::abort).
+      transport::shm::sleep(seg_->bell(rank_), kBellSleep, [&] {
+        st = progress(op, &moved);  // the last look, after announcing
+        return st && !moved && !op.done;
+      });
+      if (st && op.done) return st;
+      if (st && moved) {
+        backoff.progress();
+        nextCheck = std::chrono::milliseconds(100);
+        continue;
+      }
+    } else if (st) {
       backoff.idle();
+    }
+    if (st) {
       if (comm_->aborted()) st = invalidUsage("communicator aborted");
-      if (st && backoff.pastSpin() && (backoff.idleIters() & 15) == 0) {
+      if (st && backoff.pastSpin() && (backoff.napping() || (backoff.idleIters() & 15) == 0)) {
         auto idle = backoff.idleFor();
         // The full check every 100 ms, or at once when a peer's state says
         // it failed, left or was aborted.

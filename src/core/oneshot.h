@@ -42,11 +42,14 @@
 // The ranks agree at create() whether every one of them can read every other
 // (a probe of a canary value), else none uses the path.
 //
-// Waiting: progress() never blocks; the caller spins, yields or naps
-// (base/backoff.h) and calls check() now and then, which reports a peer whose
-// process died, that closed its communicator or failed, an abort, or no
-// progress for the communicator's timeout. run() is the blocking loop used by
-// a call made outside a group; inside a group the executor drives progress().
+// Waiting: progress() never blocks; the caller spins, then yields
+// (base/backoff.h), then sleeps on its doorbell in the arena
+// (transports/shm/doorbell.h): every publication and acknowledgement rings
+// the other ranks' doorbells. It calls check() now and then, which reports a
+// peer whose process died, that closed its communicator or failed, an abort,
+// or no progress for the communicator's timeout. run() is the blocking loop
+// used by a call made outside a group; inside a group the executor drives
+// progress() (and sleeps on the same doorbell).
 #pragma once
 
 #include <chrono>
@@ -138,6 +141,9 @@ class OneShot {
 
  private:
   bool published(int rank, int cls, uint64_t seq);
+  // Wakes the peers asleep on their doorbells after a publication or an
+  // acknowledgement (one fence, then a load per peer when nobody sleeps).
+  void ringPeers();
   // Which slots the operation uses: 0 the small ones (up to
   // ArenaSegment::kSmallSlotBytes, and every single-copy record), 1 the
   // large ones. Each class numbers its operations on its own.

@@ -7,6 +7,7 @@
 #include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -129,6 +130,37 @@ TEST_F(OneShotEnv, GroupsMixWithRingAndWithUngroupedPeers) {
 // One thread drives every rank through a group: the executor progresses the
 // arena operations of all communicators together, so nobody waits for a rank
 // this very thread has yet to run.
+// A rank that waits on the one-shot path for a late peer sleeps on its
+// doorbell (core/oneshot.h, "Waiting"), woken by the peer's publication,
+// instead of napping on a timer: over a 500 ms wait it blocks at most about
+// 500 times (sleeps of at most 1 ms; 403 measured) where 50 us naps blocked
+// 2,447 times (each nap takes about 200 us with the timer's slack). Counted
+// as the waiting thread's voluntary context switches (getrusage
+// RUSAGE_THREAD; the yield phase's switches are involuntary). The bound,
+// 1,000, leaves room for a slow machine and still fails napping.
+TEST_F(OneShotEnv, WaitForALatePeerSleepsOnTheDoorbell) {
+  runRanks(2, [](int r, ncclComm_t comm) {
+    int32_t v = r + 1, out = 0;
+    ASSERT_EQ(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(out, 3);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    v = 10 * (r + 1);
+    rusage before{}, after{};
+    ASSERT_EQ(getrusage(RUSAGE_THREAD, &before), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(getrusage(RUSAGE_THREAD, &after), 0);
+    EXPECT_EQ(out, 30);
+    if (r != 0) return;
+    const long blocked = after.ru_nvcsw - before.ru_nvcsw;
+    printf("[ one-shot ] waited %.0f ms for the late peer, blocked %ld times\n", ms, blocked);
+    EXPECT_GT(ms, 300.0) << "rank 0 did not wait for rank 1: the test measured nothing";
+    EXPECT_LT(blocked, 1000) << "the wait napped on a timer instead of sleeping on the doorbell";
+  });
+}
+
 TEST_F(OneShotEnv, OneThreadDrivesEveryRank) {
   const int n = 4;
   std::vector<ncclComm_t> comms(n);

@@ -37,12 +37,18 @@ struct Doorbell {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words are plain 32-bit words");
 
-inline void ring(Doorbell* b) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+// ring() without its fence: for a writer that rings several doorbells after
+// one store (one std::atomic_thread_fence(seq_cst) first, then this for each).
+inline void ringFenced(Doorbell* b) {
   if (b->sleepers.load(std::memory_order_relaxed) == 0) return;
   b->seq.fetch_add(1, std::memory_order_release);
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&b->seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
           0);
+}
+
+inline void ring(Doorbell* b) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ringFenced(b);
 }
 
 template <typename F>
