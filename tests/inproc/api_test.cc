@@ -394,40 +394,53 @@ TEST(Faults, AbortFromAnotherThreadUnblocksAWaitingCall) {
   ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
 }
 
-// Abort while the operation is moving data (not waiting): it ends with an
-// error within a pass of the executor, not at its end. 64 MiB over TCP keeps
-// both ranks busy for tens of milliseconds or more; rank 0 is aborted 5 ms in.
-TEST(Faults, AbortEndsAnOperationThatIsMakingProgress) {
-  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+// Two ranks of this process start a 64 MiB float all-reduce, which keeps
+// both busy for tens of milliseconds or more; 5 ms in, this thread aborts
+// rank 0. Both calls' results, and how long after the abort was called rank
+// 0's call returned; rank 1's communicator is left to the caller.
+struct AbortedAllReduce {
+  ncclResult_t rc[2] = {ncclSuccess, ncclSuccess};
+  double ms = 0;  // rank 0's return, after ncclCommAbort was called
+  ncclComm_t peer = nullptr;
+};
+AbortedAllReduce abortDuringLargeAllReduce() {
+  AbortedAllReduce out;
   std::vector<ncclComm_t> comms(2);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), 2, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclCommInitAll(comms.data(), 2, nullptr), ncclSuccess);
   constexpr size_t kN = size_t{16} << 20;  // floats
   std::vector<std::vector<float>> bufs(2, std::vector<float>(kN, 1.0f));
-  std::vector<ncclResult_t> rc(2, ncclSuccess);
   std::atomic<int> started{0};
   std::chrono::steady_clock::time_point ended0;
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
       started++;
-      rc[r] = ncclAllReduce(bufs[r].data(), bufs[r].data(), kN, ncclFloat32, ncclSum, comms[r],
-                            nullptr);
+      out.rc[r] = ncclAllReduce(bufs[r].data(), bufs[r].data(), kN, ncclFloat32, ncclSum, comms[r],
+                                nullptr);
       if (r == 0) ended0 = std::chrono::steady_clock::now();
     });
   while (started.load() < 2) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);  // waits for rank 0's call to end
-  ranks[0].join();
-  const double ms = std::chrono::duration<double, std::milli>(ended0 - t0).count();
-  EXPECT_NE(rc[0], ncclSuccess) << "the all-reduce ran to its end after ncclCommAbort";
-  printf("[  abort   ] rank 0's all-reduce returned %.2f ms after ncclCommAbort\n", ms);
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);  // waits for rank 0's call to end
+  for (auto& t : ranks) t.join();                   // rank 1's peer left: an error, not a hang
+  out.ms = std::chrono::duration<double, std::milli>(ended0 - t0).count();
+  out.peer = comms[1];
+  return out;
+}
+
+// Abort while the operation is moving data (not waiting), over TCP: it ends
+// with an error within a pass of the executor, not at its end.
+TEST(Faults, AbortEndsAnOperationThatIsMakingProgress) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  const AbortedAllReduce run = abortDuringLargeAllReduce();
+  EXPECT_NE(run.rc[0], ncclSuccess) << "the all-reduce ran to its end after ncclCommAbort";
+  printf("[  abort   ] rank 0's all-reduce returned %.2f ms after ncclCommAbort\n", run.ms);
   // The bound. Measured 2-12 ms here; an abort noticed only by the
   // executor's idle-time stall check (every 100 ms) took 72-96 ms.
-  EXPECT_LT(ms, 50.0);
-  ranks[1].join();  // its peer left: an error, not a hang
-  EXPECT_NE(rc[1], ncclSuccess);
-  ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+  EXPECT_LT(run.ms, 50.0);
+  EXPECT_NE(run.rc[1], ncclSuccess);
+  ASSERT_EQ(ncclCommDestroy(run.peer), ncclSuccess);
 }
 
 // Over shared memory the peer of an aborted rank is told so (the node arena
@@ -435,33 +448,16 @@ TEST(Faults, AbortEndsAnOperationThatIsMakingProgress) {
 // waiting in when the abort came.
 TEST(Faults, PeerOfAnAbortedRankIsToldItWasAborted) {
   Env env({std::make_pair("NCCL_SHM_DISABLE", "0")});
-  std::vector<ncclComm_t> comms(2);
-  ASSERT_EQ(ncclCommInitAll(comms.data(), 2, nullptr), ncclSuccess);
-  constexpr size_t kN = size_t{16} << 20;  // floats
-  std::vector<std::vector<float>> bufs(2, std::vector<float>(kN, 1.0f));
-  std::vector<ncclResult_t> rc(2, ncclSuccess);
-  std::atomic<int> started{0};
-  std::thread peer([&] {
-    started++;
-    rc[1] =
-        ncclAllReduce(bufs[1].data(), bufs[1].data(), kN, ncclFloat32, ncclSum, comms[1], nullptr);
-  });
-  std::thread rank0([&] {
-    started++;
-    rc[0] =
-        ncclAllReduce(bufs[0].data(), bufs[0].data(), kN, ncclFloat32, ncclSum, comms[0], nullptr);
-  });
-  while (started.load() < 2) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
-  rank0.join();
-  peer.join();
-  if (rc[0] == ncclSuccess) GTEST_SKIP() << "the all-reduce had ended before the abort";
-  EXPECT_NE(rc[1], ncclSuccess);
-  const std::string why = ncclGetLastError(comms[1]);
+  const AbortedAllReduce run = abortDuringLargeAllReduce();
+  if (run.rc[0] == ncclSuccess) {
+    ASSERT_EQ(ncclCommDestroy(run.peer), ncclSuccess);
+    GTEST_SKIP() << "the all-reduce had ended before the abort";
+  }
+  EXPECT_NE(run.rc[1], ncclSuccess);
+  const std::string why = ncclGetLastError(run.peer);
   EXPECT_NE(why.find("rank 0"), std::string::npos) << why;
   EXPECT_NE(why.find("aborted its communicator"), std::string::npos) << why;
-  ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+  ASSERT_EQ(ncclCommDestroy(run.peer), ncclSuccess);
 }
 
 TEST(Config, NonBlockingInitReportsInProgressThenSuccess) {
