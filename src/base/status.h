@@ -25,6 +25,10 @@ enum class Code : int {
   kInProgress = 7,
 };
 
+// What a code means, in NCCL's words (ncclGetErrorString); any other value
+// is "unknown result code".
+const char* codeText(int code);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;

@@ -32,58 +32,47 @@ ncclResult_t initResult(ncclComm* c, const char* fn) {
       std::string(fn) + ": communicator initialisation failed: " + c->init.status().message(), c);
 }
 
-// `device`: the device the communicator is bound to; -1: the calling thread's
-// current device (the CPU backend's is always 0).
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
-                      const ncclConfig_t* config, int device) {
+                      const ncclConfig_t* config, int device, const SplitFrom* split) {
   logVersionOnce();
   if (!out) return fail(ncclInvalidArgument, std::string(fn) + ": comm pointer is NULL");
   *out = nullptr;
-  if (nranks < 1)
-    return fail(ncclInvalidArgument, fmt::format("{}: invalid nranks {}", fn, nranks));
-  if (rank < 0 || rank >= nranks)
-    return fail(ncclInvalidArgument,
-                fmt::format("{}: invalid rank {} (nranks is {})", fn, rank, nranks));
-  auto parsed = core::parseUniqueId(reinterpret_cast<const uint8_t*>(id.internal));
-  if (!parsed) return fail(ncclInvalidArgument, std::string(fn) + ": " + parsed.status().message());
   core::InitArgs args;
-  args.id = parsed.value();
-  args.rank = rank;
-  args.nranks = nranks;
-  if (config) {
-    if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
+  if (!split) {  // a split's child learns these from the exchange
+    if (nranks < 1)
+      return fail(ncclInvalidArgument, fmt::format("{}: invalid nranks {}", fn, nranks));
+    if (rank < 0 || rank >= nranks)
       return fail(ncclInvalidArgument,
-                  std::string(fn) + ": config was not initialised with NCCL_CONFIG_INITIALIZER");
-    if (config->blocking != NCCL_CONFIG_UNDEF_INT) {
-      if (config->blocking != 0 && config->blocking != 1)
-        return fail(ncclInvalidArgument,
-                    fmt::format("{}: config blocking={} (must be 0 or 1)", fn, config->blocking));
-      args.config.blocking = config->blocking == 1;
-    }
-    if (config->commName) args.config.name = config->commName;
-    if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) args.config.minChannels = config->minCTAs;
-    if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) args.config.maxChannels = config->maxCTAs;
+                  fmt::format("{}: invalid rank {} (nranks is {})", fn, rank, nranks));
+    auto parsed = core::parseUniqueId(reinterpret_cast<const uint8_t*>(id.internal));
+    if (!parsed) return fromStatus(parsed.status().withContext(fn));
+    args.id = parsed.value();
+    args.rank = rank;
+    args.nranks = nranks;
   }
+  auto cfg = core::commConfig(config);
+  if (!cfg) return fromStatus(cfg.status().withContext(fn));
+  args.config = cfg.value();
   auto backend = core::processBackend();
   if (!backend) return fromStatus(backend.status().withContext(fn));
   auto bound = device < 0 ? backend.value()->currentDevice() : backend.value()->bindDevice(device);
   if (!bound) return fromStatus(bound.status().withContext(fn));
   args.backend = backend.value();
   args.device = bound.value();
-  const bool blocking = args.config.blocking;
   auto* c = new ncclComm(std::move(args));
   tutti::capi::registerComm(c);
   *out = c;
-  if (capi::threadGroup().depth > 0) {
+  if (split) {
+    c->init.startSplit(*split->parent, split->color, split->key);
+  } else if (capi::threadGroup().depth > 0) {
     capi::threadGroup().inits.push_back(c);
     return ncclSuccess;
-  }
-  if (blocking) {
+  } else if (c->blocking()) {
     c->init.run();
-    return initResult(c, fn);
+  } else {
+    c->init.start();
   }
-  c->init.start();
-  // ncclInProgress, or the error of a thread that could not start.
+  // Blocking: the result. Else ncclInProgress, or the error of a thread that could not start.
   return initResult(c, fn);
 }
 
@@ -188,17 +177,26 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
       return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
     *newcomm = nullptr;
+    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+    inherit.blocking = comm->blocking() ? 1 : 0;
+    if (!config) config = &inherit;
+    if (!comm->blocking() && config->blocking == 0 && !capi::inGroup()) {
+      // Non-blocking parent and child: the exchange is queued on the parent's engine.
+      if (color == NCCL_SPLIT_NOCOLOR) {  // takes part in the exchange, creates nothing
+        comm->impl()->splitQueued(color, key, [](const auto&) {});
+        return ncclSuccess;
+      }
+      const capi::SplitFrom from{comm->impl(), color, key};
+      return initRank("ncclCommSplit", newcomm, 0, {}, -1, config, comm->device(), &from);
+    }
     auto plan = comm->impl()->split(color, key);
     if (!plan) return fromStatus(plan.status().withContext("ncclCommSplit"), comm);
     if (plan->nranks == 0) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
     ncclUniqueId id;
     static_assert(sizeof(id.internal) == sizeof(plan->id), "unique id size");
     memcpy(id.internal, plan->id, sizeof(plan->id));
-    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
-    inherit.blocking = comm->blocking() ? 1 : 0;
-    // Children keep the parent's device.
-    return initRank("ncclCommSplit", newcomm, plan->nranks, id, plan->rank,
-                    config ? config : &inherit, comm->device());
+    return initRank("ncclCommSplit", newcomm, plan->nranks, id, plan->rank, config,
+                    comm->device());  // children keep the parent's device
   });
 }
 TUTTI_PNCCL(ncclCommSplit)
@@ -277,6 +275,7 @@ TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
     ncclResult_t rc = checkComm(comm, "ncclCommCount", false);
     if (rc != ncclSuccess) return rc;
     if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL", comm);
+    if (!comm->init.argsKnown()) return ncclInProgress;  // a split's exchange still runs
     *count = comm->nranks();
     return ncclSuccess;
   });
@@ -299,6 +298,7 @@ TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
     ncclResult_t rc = checkComm(comm, "ncclCommUserRank", false);
     if (rc != ncclSuccess) return rc;
     if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL", comm);
+    if (!comm->init.argsKnown()) return ncclInProgress;  // a split's exchange still runs
     *rank = comm->rank();
     return ncclSuccess;
   });

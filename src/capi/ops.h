@@ -53,8 +53,15 @@ inline bool inGroup() { return threadGroup().depth > 0; }
 // initialised at once, at ncclGroupEnd (inside a group) or on a thread of its
 // own (config->blocking = 0). `device`: the device the communicator is bound
 // to; -1: the calling thread's current device (the CPU backend's is always 0).
+// `split`: a child of ncclCommSplit whose id, rank and size come from the
+// exchange queued on its parent's engine (core::CommInit::startSplit).
+struct SplitFrom {
+  core::Comm* parent;
+  int color, key;
+};
 ncclResult_t initRank(const char* fn, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
-                      const ncclConfig_t* config, int device = -1);
+                      const ncclConfig_t* config, int device = -1,
+                      const SplitFrom* split = nullptr);
 // The state of `c`'s creation as the API reports it: ncclInProgress while it
 // runs, else its result, an error recorded as the last error (the core has
 // logged it).

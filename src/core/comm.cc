@@ -407,6 +407,42 @@ Result<Comm::SplitPlan> Comm::split(int color, int key) {
   // peer has started would otherwise wait for this rank's, held behind the
   // split, while the peer's split waits for this one.
   drainEngine();
+  return splitExchange(color, key);
+}
+
+void Comm::splitQueued(int color, int key, std::function<void(Result<SplitPlan>)> then) {
+  // Hands `then` its answer exactly once: from the job, or, when the engine
+  // drops the job without running it, from the destructor of the job's state.
+  struct Once {
+    Comm* comm = nullptr;
+    std::function<void(Result<SplitPlan>)> then;
+    ~Once() {
+      if (!then) return;
+      const Status why = comm->error();
+      then(why.isOk() ? invalidUsage("the parent communicator was aborted before the split ran")
+                      : why.withContext("the parent communicator failed before the split ran"));
+    }
+  };
+  auto once = std::make_shared<Once>();
+  once->comm = this;
+  once->then = std::move(then);
+  Status queued = engine().submit(
+      {},
+      [this, color, key, once](Queue) {
+        auto then = std::move(once->then);
+        once->then = nullptr;
+        then(splitExchange(color, key));
+        return Status::ok();  // an exchange that failed fails the child, not this communicator
+      },
+      false);
+  if (!queued) {  // `once` is still held here: answer with why
+    auto then = std::move(once->then);
+    once->then = nullptr;
+    then(queued.withContext("queueing ncclCommSplit's exchange"));
+  }
+}
+
+Result<Comm::SplitPlan> Comm::splitExchange(int color, int key) {
   std::lock_guard<std::mutex> lk(mu_);
   struct Entry {
     int32_t color, key, rank, pad;

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -191,6 +192,12 @@ class Comm {
     uint8_t id[kUniqueIdBytes] = {};
   };
   Result<SplitPlan> split(int color, int key);
+  // split() without blocking the caller: the exchange runs as a job on the
+  // engine, in call order with the operations queued there, and hands its
+  // plan (or error) to `then` on the engine thread. `then` is called exactly
+  // once: a job that never runs (this communicator failed or was aborted
+  // first, or queueing it failed) hands it that error instead.
+  void splitQueued(int color, int key, std::function<void(Result<SplitPlan>)> then);
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -248,6 +255,8 @@ class Comm {
   Status peerAbortedError(int peer, std::string_view detail, Code code = Code::kRemoteError) const;
 
  private:
+  // split()'s collective part, under mutex().
+  Result<SplitPlan> splitExchange(int color, int key);
   Comm() = default;
   Status connectPair(int peer);
   // Collective: fills costModel_, rdMaxBytes_ and forcedAlgo_ from rank 0's

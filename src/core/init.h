@@ -16,6 +16,15 @@
 //   runAll(): several at once, one thread each when there is more than one
 //   (one thread may create every rank of a communicator), returning when
 //   all have finished.
+// - startSplit(parent, color, key): a child of ncclCommSplit created
+//   without blocking the caller. The exchange runs on the parent's engine
+//   (Comm::splitQueued), in call order with the operations queued there;
+//   its plan fills in the id, rank and size, and the creation then starts
+//   as with start(). Until then argsKnown() is false (args() has no rank,
+//   size or id); an exchange that fails, or a parent that fails or is
+//   aborted before it runs, fails the creation. wait() waits for the
+//   exchange too (abort() does not end it: the parent's peers, its abort or
+//   its init deadline do).
 // - abort(): raises the communicator's abort flag: a creation still running
 //   ends within one 50 ms slice of the wait it is in, with an error; once
 //   created, it is the communicator's flag (Comm::abort raises the same).
@@ -25,6 +34,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -33,8 +43,14 @@
 #include "base/status.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "nccl.h"
 
 namespace tutti::core {
+
+// What ncclConfig_t asks (NULL: the defaults), or kInvalidArgument saying
+// why it cannot be read: not initialised with NCCL_CONFIG_INITIALIZER, or
+// blocking neither 0 nor 1.
+Result<CommConfig> commConfig(const ncclConfig_t* config);
 
 struct InitArgs {
   UniqueIdData id{};
@@ -53,9 +69,11 @@ class CommInit {
   CommInit& operator=(const CommInit&) = delete;
 
   const InitArgs& args() const { return args_; }
+  bool argsKnown() const { return argsKnown_.load(std::memory_order_acquire); }
 
   void run();
   void start();
+  void startSplit(Comm& parent, int color, int key);
   static void runAll(const std::vector<CommInit*>& inits);
   void abort() { abort_.store(true); }
   void wait();
@@ -71,12 +89,15 @@ class CommInit {
  private:
   void finish(Status st);
 
-  const InitArgs args_;
+  InitArgs args_;  // id, rank and size written once, before argsKnown_ (startSplit)
+  std::atomic<bool> argsKnown_{true};
   std::atomic<int> state_{static_cast<int>(Code::kInProgress)};
   Status status_;
   std::atomic<bool> abort_{false};  // the communicator's flag: declared before comm_, outlives it
   std::unique_ptr<Comm> comm_;
   std::mutex threadMu_;  // start() and wait() may race (a poll and a destroy)
+  std::condition_variable exchanged_;
+  bool exchanging_ = false;  // startSplit's exchange is queued or running (under threadMu_)
   std::thread thread_;
 };
 

@@ -224,8 +224,83 @@ TEST_P(NonBlocking, ErrorAfterReturnIsReportedByGetAsyncError) {
   EXPECT_EQ(ncclCommDestroy(comms[0]), ncclSuccess);
 }
 
+// ncclCommSplit of a non-blocking parent into non-blocking children
+// returns at once (the exchange is queued on the parent's engine, after the
+// all-reduce queued before it), while rank 2 splits 600 ms late; a blocking
+// exchange would wait for it. Colours r % 2 with keys -r: {0, 2} in the
+// order 2, 0, and {1}; rank 3 takes no colour (no child). The children's
+// ranks, sizes and an all-reduce on each are exact, and so is the parent's.
+TEST_P(NonBlocking, SplitReturnsBeforeTheLatePeerHasSplit) {
+  const int n = 4;
+  runNonBlocking(n, [&](int r, ncclComm_t comm) {
+    std::vector<int32_t> big(1 << 14, r + 1), bigSum(big.size(), 0);
+    ASSERT_EQ(ncclAllReduce(big.data(), bigSum.data(), big.size(), ncclInt32, ncclSum, comm,
+                            nullptr),
+              ncclInProgress);
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const int color = r == 3 ? NCCL_SPLIT_NOCOLOR : r % 2;
+    ncclComm_t child = nullptr;
+    const auto t0 = Clock::now();
+    const ncclResult_t rc = ncclCommSplit(comm, color, -r, &child, nullptr);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (r != 2) EXPECT_LT(ms, 300.0) << "rank " << r << ": ncclCommSplit waited for rank 2";
+    if (r == 3) {
+      EXPECT_EQ(rc, ncclSuccess) << ncclGetLastError(comm);
+      EXPECT_EQ(child, nullptr);
+      ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);  // the exchange ran
+      for (int32_t v : bigSum) ASSERT_EQ(v, 10);
+      return;
+    }
+    ASSERT_TRUE(rc == ncclInProgress || rc == ncclSuccess) << ncclGetLastError(comm);
+    ASSERT_NE(child, nullptr);
+    ASSERT_EQ(settle(child), ncclSuccess) << "rank " << r << ": " << ncclGetLastError(child);
+    ASSERT_EQ(settle(comm), ncclSuccess) << ncclGetLastError(comm);
+    for (int32_t v : bigSum) ASSERT_EQ(v, 10);  // 1 + 2 + 3 + 4
+    int crank = -1, csize = -1;
+    ASSERT_EQ(ncclCommUserRank(child, &crank), ncclSuccess);
+    ASSERT_EQ(ncclCommCount(child, &csize), ncclSuccess);
+    EXPECT_EQ(csize, color == 0 ? 2 : 1);
+    EXPECT_EQ(crank, r == 2 ? 0 : r == 0 ? 1 : 0);  // keys -r: rank 2 first
+    int32_t v = r + 1, out = 0;
+    ASSERT_EQ(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, child, nullptr), ncclInProgress);
+    ASSERT_EQ(settle(child), ncclSuccess) << ncclGetLastError(child);
+    EXPECT_EQ(out, color == 0 ? 1 + 3 : 2);
+    EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, NonBlocking, ::testing::Values("shm", "tcp"),
                          [](const auto& info) { return std::string(info.param); });
+
+// A queued split whose parent is aborted before the exchange can finish
+// (rank 1 never splits) fails the child's creation instead of leaving it in
+// progress, and the child is destroyed cleanly.
+TEST(NonBlockingSplit, AbortedParentFailsThePendingChild) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  std::thread peer([&] { comms[1] = initNonBlocking(2, id, 1); });
+  comms[0] = initNonBlocking(2, id, 0);
+  peer.join();
+  ASSERT_TRUE(comms[0] && comms[1]);
+  ncclComm_t child = nullptr;
+  ASSERT_EQ(ncclCommSplit(comms[0], 0, 0, &child, nullptr), ncclInProgress)
+      << ncclGetLastError(comms[0]);
+  ASSERT_NE(child, nullptr);
+  int size = 0;
+  EXPECT_EQ(ncclCommCount(child, &size), ncclInProgress) << "the exchange cannot have run";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ncclResult_t st = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(child, &st), ncclSuccess);
+  EXPECT_EQ(st, ncclInProgress);
+  ASSERT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  const ncclResult_t end = settle(child);
+  EXPECT_NE(end, ncclSuccess);
+  EXPECT_NE(end, ncclInternalError) << "the child is still in progress 60 s later";
+  EXPECT_STRNE(ncclGetLastError(child), "");
+  EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+}
 
 }  // namespace
 }  // namespace tutti::test
