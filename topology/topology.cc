@@ -1082,6 +1082,13 @@ const PciDevice* findPciDevice(const Topology& t, const std::string& busId) {
   return nullptr;
 }
 
+const PciDevice* findNetDevice(const Topology& t, const std::string& ifName) {
+  if (ifName.empty()) return nullptr;
+  for (const PciDevice& d : t.pci)
+    if (std::find(d.netDevs.begin(), d.netDevs.end(), ifName) != d.netDevs.end()) return &d;
+  return nullptr;
+}
+
 int numaNodeNear(const PciDevice& d) { return d.numaNode >= 0 ? d.numaNode : d.nearestNuma; }
 
 }  // namespace tutti::topo

@@ -230,6 +230,9 @@ std::optional<uint64_t> parsePciBusId(const std::string& busId);
 // The PCI device of t at busId (compared as parsePciBusId values); nullptr
 // when busId does not parse or t has no device there.
 const PciDevice* findPciDevice(const Topology& t, const std::string& busId);
+// The PCI device of t that carries the network interface `ifName` (one of
+// its netDevs); nullptr when none does (a virtual interface, loopback).
+const PciDevice* findNetDevice(const Topology& t, const std::string& ifName);
 // The NUMA node to place work for that device on: its numaNode, else its
 // nearestNuma; -1 when neither is known.
 int numaNodeNear(const PciDevice& d);

@@ -155,6 +155,9 @@ class Comm {
   // topology lacks). The engine thread is bound near it. topology(): what
   // was read at init (never null after create), kept so that nothing re-reads it.
   int deviceNuma() const { return deviceNuma_; }
+  // A host-memory communicator whose traffic goes over TCP: the NUMA node of
+  // the NIC it leaves through (-1 when unknown, or when shared memory carries it).
+  int nicNuma() const { return nicNuma_; }
   const topo::Topology& topology() const { return *topology_; }
 
   // The device side: the backend buffers are checked against, the device
@@ -302,6 +305,7 @@ class Comm {
   bool oversubscribed_ = false;
   int homeNuma_ = -1;
   int deviceNuma_ = -1;
+  int nicNuma_ = -1;
   std::shared_ptr<const topo::Topology> topology_;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> sendSeq_, recvSeq_;

@@ -98,13 +98,15 @@ uint64_t Engine::jobsRun() const {
 }
 
 Status Engine::start() {
-  // Near the device when the topology knows where it is (else the mask
-  // inherited from the thread that submitted first); never fatal.
-  if (comm_->deviceNuma() >= 0) {
-    Status bound = topo::bindThisThreadNear(comm_->topology(), comm_->deviceNuma());
+  // Near the device when the topology knows where it is, else, on host
+  // memory over TCP, near the NIC (else the mask inherited from the thread
+  // that submitted first); never fatal.
+  const int near = comm_->deviceNuma() >= 0 ? comm_->deviceNuma() : comm_->nicNuma();
+  if (near >= 0) {
+    Status bound = topo::bindThisThreadNear(comm_->topology(), near);
     if (!bound)
-      TUTTI_WARN("engine thread: cannot bind near NUMA node {} (left as it is): {}",
-                 comm_->deviceNuma(), bound.message());
+      TUTTI_WARN("engine thread: cannot bind near NUMA node {} (left as it is): {}", near,
+                 bound.message());
   }
   // The thread works on the communicator's device, on a queue of its own.
   TUTTI_RETURN_IF_ERROR(be_.setDevice(comm_->device()).withContext("engine thread"));

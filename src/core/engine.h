@@ -26,8 +26,10 @@
 // - The thread runs near the communicator's device: when Comm::deviceNuma()
 //   is known (the device's PCI bus id found in the topology) it binds itself
 //   to that NUMA node's CPUs the process may use (topo::bindThisThreadNear)
-//   before its first job; otherwise it keeps the mask it inherited from the
-//   thread of the first submit. A failed bind is a WARN, never an error.
+//   before its first job; a host-memory communicator whose traffic goes over
+//   TCP binds near its NIC instead (Comm::nicNuma(): the interface's PCI
+//   device in the topology); otherwise it keeps the mask it inherited from
+//   the thread of the first submit. A failed bind is a WARN, never an error.
 // - One thread per communicator, started by the first submit (a communicator
 //   that never has an operation on a device stream has none); it catches
 //   everything; the destructor drains (or, once the communicator is aborted,

@@ -13,7 +13,13 @@
 // - KeepsTheCallersMaskWithoutABusId (ctest device.engine_near.unknown: the
 //   variable unset, so xpu_emu answers ""): the engine threads keep the mask
 //   they inherited, CPU 0.
-// Both need CPUs 0 and 1 in the process's mask (else skipped).
+// - NearTheNicOverTcp (ctest device.engine_near.nic and .nic_shm: the CPU
+//   backend, NCCL_SOCKET_IFNAME=lo, which the fixture places on NIC
+//   0000:67:00.0 under NUMA 1): two non-blocking communicators on host
+//   memory run an all-reduce on their engines. Over TCP (NCCL_SHM_DISABLE=1)
+//   every engine thread is on CPU 1 only; over shared memory the NIC carries
+//   nothing and they keep the caller's mask, CPU 0.
+// All need CPUs 0 and 1 in the process's mask (else skipped).
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -156,6 +162,61 @@ TEST(EngineNearDevice, KeepsTheCallersMaskWithoutABusId) {
       EXPECT_EQ(cpus, mine) << "rank " << r << " sees engine thread " << tid << " allowed on CPUs "
                             << cpus << ", not the inherited mask";
   });
+}
+
+TEST(EngineNearNic, NearTheNicOverTcp) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    GTEST_SKIP() << "needs CPUs 0 and 1 in the process's mask (the fixture's two NUMA nodes)";
+  if (!topo::hwlocReadsAnyXml())
+    GTEST_SKIP() << "hwloc cannot read the hand-written fixture here (libhwloc-plugins)";
+  ASSERT_NE(getenv("TUTTI_TOPO_FILE"), nullptr) << "run through ctest device.engine_near.nic";
+  const char* shmOff = getenv("NCCL_SHM_DISABLE");
+  const bool tcp = shmOff && std::string(shmOff) == "1";
+  auto be = core::processBackend();
+  ASSERT_TRUE(be.isOk()) << be.status().message();
+  ASSERT_TRUE(be.value()->hostOnly()) << "run with the CPU backend (no TUTTI_BACKEND_PLUGIN)";
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::atomic<int> ran{0}, seen{0};
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {  // inherit CPU 0
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.blocking = 0;
+        ncclComm_t comm = nullptr;
+        ASSERT_EQ(ncclCommInitRankConfig(&comm, 2, id, r, &cfg), ncclInProgress);
+        auto settle = [&] {
+          ncclResult_t st = ncclInProgress;
+          while (st == ncclInProgress) EXPECT_EQ(ncclCommGetAsyncError(comm, &st), ncclSuccess);
+          return st;
+        };
+        ASSERT_EQ(settle(), ncclSuccess) << ncclGetLastError(comm);
+        std::vector<int32_t> v(kCount, r + 1), out(kCount, 0);
+        ASSERT_EQ(ncclAllReduce(v.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+                  ncclInProgress);
+        ASSERT_EQ(settle(), ncclSuccess) << ncclGetLastError(comm);
+        EXPECT_EQ(out[0], 3);
+        EXPECT_EQ(out[kCount - 1], 3);
+        meet(ran, 2);  // both engines started
+        EXPECT_EQ(comm->impl()->nicNuma(), tcp ? 1 : -1)
+            << "rank " << r << ": lo is NIC 0000:67:00.0, under NUMA 1";
+        const auto engines = engineThreads();
+        EXPECT_GE(engines.size(), 2u) << "one engine thread per communicator";
+        for (const auto& [tid, cpus] : engines)
+          EXPECT_EQ(cpus, tcp ? "1" : "0")
+              << "rank " << r << " sees engine thread " << tid << " allowed on CPUs " << cpus;
+        meet(seen, 2);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      });
+    for (auto& t : ranks) t.join();
+  }).join();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // PCI bus ids as device backends give them (devicePciBusId) matched against
-// the topology: topo::parsePciBusId, findPciDevice, numaNodeNear
+// the topology: topo::parsePciBusId, findPciDevice, numaNodeNear; a network
+// interface's NIC: findNetDevice
 // (topology/topology.h), on the fixture the engine placement test uses
 // (tests/device/data/topo_2numa_2cpu_xpu.xml).
 #include <gtest/gtest.h>
@@ -65,6 +66,22 @@ TEST(PciBusId, NearestNodeWhenNotUnderOne) {
   EXPECT_EQ(numaNodeNear(d), 3);
   d.numaNode = 2;
   EXPECT_EQ(numaNodeNear(d), 2);
+}
+
+// A network interface's NIC (findNetDevice): the fixture names its NIC under
+// NUMA 1 "lo".
+TEST(PciBusId, FindsTheNicOfAnInterface) {
+  if (!hwlocReadsAnyXml()) GTEST_SKIP() << "hwloc cannot read the fixture here (libhwloc-plugins)";
+  auto t = loadXml(fixture());
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  const PciDevice* nic = findNetDevice(t.value(), "lo");
+  ASSERT_NE(nic, nullptr);
+  EXPECT_EQ(nic->busId, "0000:67:00.0");
+  EXPECT_EQ(nic->kind, PciKind::kNic);
+  EXPECT_EQ(numaNodeNear(*nic), 1);
+  EXPECT_EQ(findNetDevice(t.value(), "eth9"), nullptr);
+  EXPECT_EQ(findNetDevice(t.value(), "l"), nullptr);  // whole names only
+  EXPECT_EQ(findNetDevice(t.value(), ""), nullptr);
 }
 
 }  // namespace
