@@ -441,11 +441,16 @@ void Comm::splitQueued(int color, int key, std::function<void(Result<SplitPlan>)
   struct Once {
     Comm* comm = nullptr;
     std::function<void(Result<SplitPlan>)> then;
+    void answer(Result<SplitPlan> r) {
+      auto f = std::move(then);
+      then = nullptr;
+      if (f) f(std::move(r));
+    }
     ~Once() {
       if (!then) return;
       const Status why = comm->error();
-      then(why.isOk() ? invalidUsage("the parent communicator was aborted before the split ran")
-                      : why.withContext("the parent communicator failed before the split ran"));
+      answer(why.isOk() ? invalidUsage("the parent communicator was aborted before the split ran")
+                        : why.withContext("the parent communicator failed before the split ran"));
     }
   };
   auto once = std::make_shared<Once>();
@@ -454,17 +459,12 @@ void Comm::splitQueued(int color, int key, std::function<void(Result<SplitPlan>)
   Status queued = engine().submit(
       {},
       [this, color, key, once](Queue) {
-        auto then = std::move(once->then);
-        once->then = nullptr;
-        then(splitExchange(color, key));
+        once->answer(splitExchange(color, key));
         return Status::ok();  // an exchange that failed fails the child, not this communicator
       },
       false);
-  if (!queued) {  // `once` is still held here: answer with why
-    auto then = std::move(once->then);
-    once->then = nullptr;
-    then(queued.withContext("queueing ncclCommSplit's exchange"));
-  }
+  // `once` is still held here: answer with why
+  if (!queued) once->answer(queued.withContext("queueing ncclCommSplit's exchange"));
 }
 
 Result<Comm::SplitPlan> Comm::splitExchange(int color, int key) {

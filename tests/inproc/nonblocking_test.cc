@@ -47,6 +47,15 @@ ncclComm_t initNonBlocking(int n, const ncclUniqueId& id, int r) {
   return c;
 }
 
+// The two ranks of a non-blocking communicator, created on two threads.
+void initNonBlockingPair(ncclComm_t comms[2]) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::thread peer([&] { comms[1] = initNonBlocking(2, id, 1); });
+  comms[0] = initNonBlocking(2, id, 0);
+  peer.join();
+}
+
 // Runs fn(rank, comm) on n threads with non-blocking communicators; each
 // is finalized (polled to the end) and destroyed here.
 void runNonBlocking(int n, const std::function<void(int, ncclComm_t)>& fn) {
@@ -202,12 +211,8 @@ TEST_P(NonBlocking, CompressedAllReduceReturnsInProgress) {
 // ncclCommGetAsyncError (not ncclInProgress forever), with the reason in
 // ncclGetLastError; later calls fail with it.
 TEST_P(NonBlocking, ErrorAfterReturnIsReportedByGetAsyncError) {
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
-  std::thread peer([&] { comms[1] = initNonBlocking(2, id, 1); });
-  comms[0] = initNonBlocking(2, id, 0);
-  peer.join();
+  initNonBlockingPair(comms);
   ASSERT_TRUE(comms[0] && comms[1]);
   std::vector<float> buf(1 << 16, 1.0f);
   // Rank 1 leaves instead of calling: rank 0's queued all-reduce fails.
@@ -234,16 +239,18 @@ TEST_P(NonBlocking, SplitReturnsBeforeTheLatePeerHasSplit) {
   const int n = 4;
   runNonBlocking(n, [&](int r, ncclComm_t comm) {
     std::vector<int32_t> big(1 << 14, r + 1), bigSum(big.size(), 0);
-    ASSERT_EQ(ncclAllReduce(big.data(), bigSum.data(), big.size(), ncclInt32, ncclSum, comm,
-                            nullptr),
-              ncclInProgress);
+    ASSERT_EQ(
+        ncclAllReduce(big.data(), bigSum.data(), big.size(), ncclInt32, ncclSum, comm, nullptr),
+        ncclInProgress);
     if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));
     const int color = r == 3 ? NCCL_SPLIT_NOCOLOR : r % 2;
     ncclComm_t child = nullptr;
     const auto t0 = Clock::now();
     const ncclResult_t rc = ncclCommSplit(comm, color, -r, &child, nullptr);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (r != 2) EXPECT_LT(ms, 300.0) << "rank " << r << ": ncclCommSplit waited for rank 2";
+    if (r != 2) {
+      EXPECT_LT(ms, 300.0) << "rank " << r << ": ncclCommSplit waited for rank 2";
+    }
     if (r == 3) {
       EXPECT_EQ(rc, ncclSuccess) << ncclGetLastError(comm);
       EXPECT_EQ(child, nullptr);
@@ -276,12 +283,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, NonBlocking, ::testing::Values("shm", "tcp"
 // (rank 1 never splits) fails the child's creation instead of leaving it in
 // progress, and the child is destroyed cleanly.
 TEST(NonBlockingSplit, AbortedParentFailsThePendingChild) {
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
-  std::thread peer([&] { comms[1] = initNonBlocking(2, id, 1); });
-  comms[0] = initNonBlocking(2, id, 0);
-  peer.join();
+  initNonBlockingPair(comms);
   ASSERT_TRUE(comms[0] && comms[1]);
   ncclComm_t child = nullptr;
   ASSERT_EQ(ncclCommSplit(comms[0], 0, 0, &child, nullptr), ncclInProgress)
