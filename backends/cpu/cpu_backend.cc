@@ -189,6 +189,12 @@ ncclResult_t cpuHostEventSignal(void*, tuttiPluginEvent_t e) {
   ev->cv.notify_all();
   return ncclSuccess;
 }
+// Everything enqueued before has completed: fn runs now, on the caller.
+ncclResult_t cpuLaunchHostFunc(void*, tuttiPluginQueue_t, void (*fn)(void*), void* arg) {
+  if (fn == nullptr) return failWith(ncclInvalidArgument, "launchHostFunc: fn is NULL");
+  fn(arg);
+  return ncclSuccess;
+}
 
 ncclResult_t cpuReduce(void*, const tuttiPluginReduceArgs_v1* a, tuttiPluginQueue_t) {
   if (!validType(a->datatype))
@@ -347,6 +353,7 @@ tuttiBackendPlugin_v1 makeTable() {
   t.setDevice = cpuSetDevice;
   t.hostEventCreate = cpuHostEventCreate;
   t.hostEventSignal = cpuHostEventSignal;
+  t.launchHostFunc = cpuLaunchHostFunc;
   return t;
 }
 

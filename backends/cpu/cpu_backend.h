@@ -14,8 +14,9 @@
 // caller is the one to signal): eventWait on a host event that is not
 // signalled is refused with ncclInvalidArgument and enqueues nothing, and on
 // a signalled one does nothing. tutti never uses host events with this
-// backend (host memory is complete on return). setDevice accepts device 0
-// only. IPC is not offered (the
+// backend (host memory is complete on return). launchHostFunc calls fn
+// before it returns (everything enqueued before has completed). setDevice
+// accepts device 0 only. IPC is not offered (the
 // shared-memory transport moves host memory between processes). The kernels
 // are the reference kernels of kernels.h, codec_kernels.h and dense_kernels.h;
 // gemm accumulates each dot product in double over k in order and rounds once.

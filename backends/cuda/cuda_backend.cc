@@ -48,6 +48,8 @@
 //   reused at once, without knowing when streams have passed their waits.
 //   finalize signals every live host event and waits for pending host
 //   functions before freeing the slabs.
+// - launchHostFunc: cudaLaunchHostFunc, refused (ncclInvalidArgument) while
+//   any device's host events use the blocking host-function wait.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <stdarg.h>
@@ -684,6 +686,26 @@ ncclResult_t cuEventWait(void* ctx, tuttiPluginQueue_t queue, tuttiPluginEvent_t
   return ncclSuccess;
 }
 
+// A host function on the stream (CUDA calls fn on its callback thread; fn
+// makes no CUDA call). Refused while some device's host events wait with
+// blocking host functions: a held stream would then hold fn too, and tutti
+// would wait for fn while it holds that stream (it polls instead).
+ncclResult_t cuLaunchHostFunc(void* ctx, tuttiPluginQueue_t queue, void (*fn)(void*), void* arg) {
+  Context* c = ctxOf(ctx);
+  if (c == nullptr) return fail(ncclInvalidArgument, "launchHostFunc: not initialised");
+  if (fn == nullptr) return fail(ncclInvalidArgument, "launchHostFunc: fn is NULL");
+  for (int d = 0; d < c->devices; ++d)
+    if (!c->memOpsWait[d].load())
+      return fail(ncclInvalidArgument,
+                  "launchHostFunc: not offered: device %d's host events wait with host functions, "
+                  "which hold CUDA's callback thread",
+                  d);
+  DeviceGuard g;
+  TUTTI_CUDA_TRY(g.setForStream(streamOf(queue)), "launchHostFunc: queue device");
+  TUTTI_CUDA_TRY(cudaLaunchHostFunc(streamOf(queue), fn, arg), "cudaLaunchHostFunc");
+  return ncclSuccess;
+}
+
 ncclResult_t cuEventQuery(void* ctx, tuttiPluginEvent_t event, int32_t* done) {
   if (done == nullptr) return fail(ncclInvalidArgument, "eventQuery: done is NULL");
   HostEvent he;
@@ -922,6 +944,7 @@ tuttiBackendPlugin_v1 makeTable() {
   t.hostEventCreate = cuHostEventCreate;
   t.hostEventSignal = cuHostEventSignal;
   t.devicePciBusId = cuDevicePciBusId;
+  t.launchHostFunc = cuLaunchHostFunc;
   return t;
 }
 

@@ -22,6 +22,7 @@
 //   eventDestroy signals a host event that is not signalled yet (the waiting
 //   queue goes on), and finalize signals every host event still alive before
 //   it joins the workers, so neither hangs.
+// - launchHostFunc: a command that calls fn on the queue's worker thread.
 // - memcpyAsync: any mix of device, pinned and pageable memory. A pageable
 //   SOURCE is read before the call returns: up to kStageLimit bytes are copied
 //   into a temporary buffer (the call stays asynchronous), larger ones are
@@ -672,6 +673,23 @@ ncclResult_t emuEventSynchronize(void* ctx, tuttiPluginEvent_t event) {
   });
 }
 
+// The queue's worker calls fn when it reaches the command (everything before
+// it has run, as on a device's callback thread); the queue's later commands
+// wait for it. Destroying the queue or finalize drains it, so fn runs.
+ncclResult_t emuLaunchHostFunc(void* ctx, tuttiPluginQueue_t queue, void (*fn)(void*), void* arg) {
+  Context* c = nullptr;
+  ncclResult_t r = getContext(ctx, "launchHostFunc", &c);
+  if (r != ncclSuccess) return r;
+  if (fn == nullptr) return setError(ncclInvalidArgument, "launchHostFunc: fn is NULL");
+  return guarded("launchHostFunc", [&]() -> ncclResult_t {
+    Queue* q = nullptr;
+    ncclResult_t res = getQueue(c, queue, "launchHostFunc", &q);
+    if (res != ncclSuccess) return res;
+    q->submit([fn, arg] { fn(arg); });
+    return ncclSuccess;
+  });
+}
+
 // ---- IPC -------------------------------------------------------------------------------
 
 ncclResult_t emuIpcExport(void* ctx, void* ptr, uint64_t size, const int32_t* /*importerPids*/,
@@ -959,6 +977,7 @@ const tuttiBackendPlugin_v1 kPlugin = {
     emuHostEventCreate,
     emuHostEventSignal,
     emuDevicePciBusId,
+    emuLaunchHostFunc,
 };
 
 }  // namespace

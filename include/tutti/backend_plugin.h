@@ -355,11 +355,13 @@ typedef struct tuttiBackendPlugin_v1 {
    * with plugins built before these fields existed).
    *
    * How tutti uses them: for an operation on a user's queue it records an
-   * event on that queue and polls eventQuery until the work queued before the
-   * call is done; before returning to the user it creates a host event and
-   * calls eventWait(queue, hostEvent), so later work on the queue waits for
-   * the operation; when the operation completes (or fails), a tutti thread
-   * calls hostEventSignal, which releases the queue, then eventDestroy.
+   * event on that queue and waits until the work queued before the call is
+   * done (woken by launchHostFunc where offered, checking eventQuery now and
+   * then; else polling eventQuery); before returning to the user it creates
+   * a host event and calls eventWait(queue, hostEvent), so later work on the
+   * queue waits for the operation; when the operation completes (or fails),
+   * a tutti thread calls hostEventSignal, which releases the queue, then
+   * eventDestroy.
    *
    * hostEventCreate makes an event on `device` that only the host completes.
    * It starts unsignalled and completes on hostEventSignal. With such an event:
@@ -408,6 +410,26 @@ typedef struct tuttiBackendPlugin_v1 {
    * driver); does not touch queues. Optional: NULL means not offered, and
    * tutti then leaves its threads where the caller's mask puts them. */
   ncclResult_t (*devicePciBusId)(void* ctx, int32_t device, char* busId, uint64_t len);
+
+  /* Async: calls fn(arg) once, on a thread of the backend's choosing, when
+   * `queue` reaches this point (all work enqueued on it before the call has
+   * completed, its memory effects visible to fn); work enqueued after the
+   * call starts only once fn has returned (CUDA: cudaLaunchHostFunc). tutti
+   * uses it to sleep until a user's queue reaches an operation instead of
+   * polling eventQuery; its fn only takes a lock and wakes a thread. fn must
+   * not call into the backend and must not block for long. A backend whose
+   * queues are synchronous may call fn before launchHostFunc returns. Once
+   * the call has succeeded fn runs exactly once, even if the queue is
+   * destroyed before reaching this point (queueDestroy lets its work finish)
+   * or finalize is called first (it must not drop pending calls); only a
+   * device that has failed (a sticky error that its queries report) may drop
+   * it. On an error fn is never called. ncclInvalidArgument: not
+   * offered for this queue (the CUDA backend where host events block CUDA's
+   * callback thread, so that a held queue would hold every callback): tutti
+   * polls for that operation instead. Optional: NULL means tutti polls
+   * eventQuery (backing off to short naps) while it waits for a queue. */
+  ncclResult_t (*launchHostFunc)(void* ctx, tuttiPluginQueue_t queue, void (*fn)(void* arg),
+                                 void* arg);
 
   /* New fields are appended here (abiVersion stays 1 while only appending). */
 } tuttiBackendPlugin_v1;

@@ -347,6 +347,14 @@ Status Backend::hostEventSignal(Event e) {
   return Status::ok();
 }
 
+Status Backend::launchHostFunc(Queue q, void (*fn)(void*), void* arg) {
+  if (!hasHostFuncs())
+    return invalidUsage("backend " + name_ +
+                        " offers no host functions (launchHostFunc is NULL or beyond its table)");
+  TUTTI_BACKEND_CALL("launchHostFunc", t_->launchHostFunc(ctx_, q, fn, arg));
+  return Status::ok();
+}
+
 void Backend::noteFallback(int kernel, const char* what) {
   const uint32_t bit = 1u << kernel;
   if (fallbackLogged_.fetch_or(bit) & bit) return;

@@ -109,6 +109,12 @@ class Backend {
   // waiting. See include/tutti/backend_plugin.h.
   Result<Event> hostEventCreate(int device);
   Status hostEventSignal(Event e);  // idempotent, non-blocking, any thread
+  // The plugin offers launchHostFunc (its structSize covers it, not NULL).
+  bool hasHostFuncs() const { return t_->launchHostFunc != nullptr; }
+  // Async: fn(arg) runs once when q reaches this point (see the plugin
+  // header); on an error it never runs. kInvalidUsage when not offered; the
+  // plugin's kInvalidArgument when not offered for this queue.
+  Status launchHostFunc(Queue q, void (*fn)(void*), void* arg);
 
   // Kernels, async on q (host fallback as in the contract).
   Status reduce(const tuttiPluginReduceArgs_v1& a, Queue q);

@@ -352,8 +352,9 @@ Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
 Comm::~Comm() {
   abort_->store(true);
   engineSeen_.store(nullptr);
-  engine_.reset();  // first: its jobs use everything below (they fail fast now)
-  ipc_.reset();     // first: it waits through its own arena for peers still reading its buffers
+  if (engine_) engine_->interrupt();  // a wait for a stream ends now
+  engine_.reset();                    // first: its jobs use everything below (they fail fast now)
+  ipc_.reset();  // first: it waits through its own arena for peers still reading its buffers
   if (backend_) freePinned(backend_, &pinned_);
   oneShot_.reset();  // peers waiting on this rank there see it closed
   channels_.clear();
@@ -605,6 +606,7 @@ void Comm::abort() {
   // safe from any thread): a peer waiting on this rank ends at once, saying
   // that this rank was aborted, instead of at its next 100 ms check.
   abort_->store(true);
+  if (Engine* e = engineSeen_.load(std::memory_order_acquire)) e->interrupt();
   if (ipc_) ipc_->markAborted();
   if (oneShot_) {
     oneShot_->markAborted();

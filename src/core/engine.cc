@@ -10,6 +10,27 @@
 
 namespace tutti::core {
 
+// Shared by a task and the host functions queued for it: one may run after
+// the task has ended (an abort does not wait for the streams), so each holds
+// a reference of its own.
+struct Engine::Arrival {
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0;  // host functions still to run; guarded by mu
+
+  // The host function: arg is a heap reference to the Arrival, released here.
+  static void reached(void* arg) noexcept {
+    auto* ref = static_cast<std::shared_ptr<Arrival>*>(arg);
+    std::shared_ptr<Arrival> a = std::move(*ref);
+    delete ref;
+    {
+      std::lock_guard<std::mutex> lk(a->mu);
+      --a->left;
+    }
+    a->cv.notify_all();
+  }
+};
+
 Engine::Engine(Comm* comm) : comm_(comm), be_(comm->backend()) {}
 
 Engine::~Engine() {
@@ -30,17 +51,20 @@ Status Engine::submit(const std::vector<Queue>& streams, Job job, bool hold) {
     return st;
   };
   const int device = comm_->device();
+  bool announced = be_.hasHostFuncs();  // every stream has its host function
   for (Queue s : streams) {
     auto ready = be_.eventCreate(device);
     if (!ready) return undo(ready.status());
     t.ready.push_back(ready.value());
     if (Status st = be_.eventRecord(ready.value(), s); !st) return undo(st);
+    if (announced) announced = announceArrival(t, s);
     if (!hold) continue;
     auto release = be_.hostEventCreate(device);
     if (!release) return undo(release.status());
     t.release.push_back(release.value());
     if (Status st = be_.eventWait(s, release.value()); !st) return undo(st);
   }
+  if (!announced) t.arrival.reset();  // polled (queued host functions hold their own reference)
   std::unique_lock<std::mutex> lk(mu_);
   if (!dead_.isOk()) {
     lk.unlock();
@@ -116,15 +140,94 @@ Status Engine::start() {
   return Status::ok();
 }
 
+bool Engine::announceArrival(Task& t, Queue s) {
+  if (!t.arrival) t.arrival = std::make_shared<Arrival>();
+  auto* ref = new std::shared_ptr<Arrival>(t.arrival);
+  {
+    std::lock_guard<std::mutex> lk(t.arrival->mu);
+    ++t.arrival->left;  // before the launch: a synchronous queue runs it inside
+  }
+  Status st = be_.launchHostFunc(s, &Arrival::reached, ref);
+  if (st) return true;
+  {
+    std::lock_guard<std::mutex> lk(t.arrival->mu);
+    --t.arrival->left;
+  }
+  delete ref;
+  if (!hostFuncRefused_.exchange(true))
+    TUTTI_INFO(log::kInit,
+               "engine: the backend queues no host function here, so waits for a stream poll: {}",
+               st.message());
+  return false;
+}
+
+void Engine::interrupt() {
+  std::shared_ptr<Arrival> a;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    a = waiting_;
+  }
+  if (!a) return;  // not asleep: the thread reads the flag before it sleeps
+  {
+    // The thread is asleep or reads the flag (set before this call) under
+    // this lock before it sleeps: the notification cannot fall between.
+    std::lock_guard<std::mutex> lk(a->mu);
+  }
+  a->cv.notify_all();
+}
+
 Status Engine::waitReady(const Task& t) {
+  if (t.ready.empty()) return Status::ok();
+  return t.arrival ? sleepUntilArrived(t) : pollUntilReady(t);
+}
+
+static Status abortedWhileWaiting() {
+  return invalidUsage("communicator aborted while an operation waited for its stream");
+}
+
+Status Engine::sleepUntilArrived(const Task& t) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting_ = t.arrival;
+  }
+  struct Awake {
+    Engine* e;
+    ~Awake() {
+      std::lock_guard<std::mutex> lk(e->mu_);
+      e->waiting_.reset();
+    }
+  } awake{this};
+  Arrival& a = *t.arrival;
+  std::unique_lock<std::mutex> lk(a.mu);
+  for (;;) {
+    if (a.left == 0) return Status::ok();
+    if (comm_->aborted()) return abortedWhileWaiting();
+    if (a.cv.wait_for(lk, kRecheck) == std::cv_status::no_timeout) continue;
+    // Now and then the events themselves: they report a device that failed
+    // (and may have dropped a host function).
+    lk.unlock();
+    bool all = true;
+    for (Event e : t.ready) {
+      auto done = be_.eventDone(e);
+      if (!done) return done.status().withContext("waiting for the work queued before the call");
+      if (!done.value()) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return Status::ok();
+    lk.lock();
+  }
+}
+
+Status Engine::pollUntilReady(const Task& t) {
   base::Backoff backoff(comm_->oversubscribed());
   for (Event e : t.ready) {
     for (;;) {
       auto done = be_.eventDone(e);
       if (!done) return done.status().withContext("waiting for the work queued before the call");
       if (done.value()) break;
-      if (comm_->aborted())
-        return invalidUsage("communicator aborted while an operation waited for its stream");
+      if (comm_->aborted()) return abortedWhileWaiting();
       backoff.idle();
     }
     backoff.progress();

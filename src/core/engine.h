@@ -4,8 +4,8 @@
 //
 // Contract
 // - submit(streams, job, hold): the job starts once the work queued on each
-//   of `streams` before the call has completed (a backend event recorded on
-//   each, polled by the engine). With `hold`, later work on those streams
+//   of `streams` before the call has completed (see "Waiting for a stream").
+//   With `hold`, later work on those streams
 //   waits until the job has finished (a host event each stream waits on,
 //   signalled by the engine thread whether the job succeeded or not): no
 //   host thread blocks in between; this requires Backend::hasHostEvents().
@@ -19,7 +19,16 @@
 // - Jobs run one at a time, in submission order. A job that fails breaks the
 //   communicator (Comm::setError): later jobs fail at once, their streams are
 //   still released, and ncclCommGetAsyncError reports the error. So does an
-//   abort (Comm::abort), which also ends the wait for a stream.
+//   abort (Comm::abort), which also ends the wait for a stream at once
+//   (interrupt()).
+// - Waiting for a stream: a backend event is recorded on each stream. Where
+//   the backend offers host functions (Backend::hasHostFuncs) one is queued
+//   behind it too: it wakes the engine, which sleeps on a condition variable
+//   meanwhile and checks the events only every kRecheck (a device that fails
+//   may drop the call, its events then report the error), so a kernel that
+//   runs for seconds costs the engine a handful of wake-ups. Without them (or
+//   when the backend refuses one for a stream) the engine polls the events,
+//   spinning, yielding, then napping (base::Backoff).
 // - drain(): returns once every job submitted so far has finished. idle():
 //   nothing is queued or running (what it reads, the jobs' effects included,
 //   happened before it returned true).
@@ -36,9 +45,12 @@
 //   fails what is left) and joins it.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -64,17 +76,29 @@ class Engine {
   bool idle() const;
   // Jobs run so far (tests: the thread count stays one however many run).
   uint64_t jobsRun() const;
+  // Ends a wait for a stream now (Comm::abort, after setting the flag).
+  void interrupt();
+
+  // How often a wait woken by host functions checks the events anyway.
+  static constexpr std::chrono::milliseconds kRecheck{100};
 
  private:
+  struct Arrival;  // the host functions' count of streams still to arrive
   struct Task {
     Job job;
-    std::vector<Event> ready;    // recorded on the caller's streams
-    std::vector<Event> release;  // host events the caller's streams wait on
+    std::vector<Event> ready;          // recorded on the caller's streams
+    std::vector<Event> release;        // host events the caller's streams wait on
+    std::shared_ptr<Arrival> arrival;  // with host functions on every stream; else polled
   };
   void run();
   Status start();
-  // Waits (polling, backing off) until t's streams reached the call.
+  // Waits until t's streams reached the call (see "Waiting for a stream").
   Status waitReady(const Task& t);
+  Status sleepUntilArrived(const Task& t);
+  Status pollUntilReady(const Task& t);
+  // Queues a host function behind t's ready event on s; false (t polls) when
+  // the backend refuses it for that stream.
+  bool announceArrival(Task& t, Queue s);
   // Signals and destroys t's events.
   void finish(Task& t);
   // The thread ended on an exception: the communicator is broken, what is
@@ -90,7 +114,9 @@ class Engine {
   Status dead_;  // why the thread ended early (ok while it runs)
   uint64_t submitted_ = 0, finished_ = 0;
   std::thread thread_;
-  Queue queue_ = nullptr;  // the engine's own (created by the thread's first job)
+  Queue queue_ = nullptr;             // the engine's own (created by the thread's first job)
+  std::shared_ptr<Arrival> waiting_;  // guarded by mu_: what the thread sleeps on now
+  std::atomic<bool> hostFuncRefused_{false};  // logged once
 };
 
 }  // namespace tutti::core

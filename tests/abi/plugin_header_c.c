@@ -48,6 +48,10 @@ size_t pluginLayoutC(size_t* out, size_t max) {
   PUT(offsetof(tuttiBackendPlugin_v1, ipcExport));
   PUT(offsetof(tuttiBackendPlugin_v1, reduce));
   PUT(offsetof(tuttiBackendPlugin_v1, orthogonalize));
+  PUT(offsetof(tuttiBackendPlugin_v1, setDevice));
+  PUT(offsetof(tuttiBackendPlugin_v1, hostEventSignal));
+  PUT(offsetof(tuttiBackendPlugin_v1, devicePciBusId));
+  PUT(offsetof(tuttiBackendPlugin_v1, launchHostFunc));
   PUT(sizeof(tuttiBackendHost_v1));
   PUT(sizeof(tuttiPluginPointerInfo_v1));
   PUT(offsetof(tuttiPluginPointerInfo_v1, base));

@@ -10,6 +10,28 @@
 
 static_assert(offsetof(tuttiBackendPlugin_v1, abiVersion) == 0, "abiVersion first");
 static_assert(offsetof(tuttiBackendPlugin_v1, structSize) == 4, "structSize second");
+// Fields appended to v1 follow each other in the order they were appended,
+// one pointer each, after orthogonalize (the last field of the first v1): a
+// field inserted in between would move what older plugins put there.
+constexpr size_t kPtr = sizeof(void*);
+static_assert(offsetof(tuttiBackendPlugin_v1, setDevice) ==
+                  offsetof(tuttiBackendPlugin_v1, orthogonalize) + kPtr,
+              "setDevice: the first appended field");
+static_assert(offsetof(tuttiBackendPlugin_v1, hostEventCreate) ==
+                  offsetof(tuttiBackendPlugin_v1, setDevice) + kPtr,
+              "hostEventCreate follows setDevice");
+static_assert(offsetof(tuttiBackendPlugin_v1, hostEventSignal) ==
+                  offsetof(tuttiBackendPlugin_v1, hostEventCreate) + kPtr,
+              "hostEventSignal follows hostEventCreate");
+static_assert(offsetof(tuttiBackendPlugin_v1, devicePciBusId) ==
+                  offsetof(tuttiBackendPlugin_v1, hostEventSignal) + kPtr,
+              "devicePciBusId follows hostEventSignal");
+static_assert(offsetof(tuttiBackendPlugin_v1, launchHostFunc) ==
+                  offsetof(tuttiBackendPlugin_v1, devicePciBusId) + kPtr,
+              "launchHostFunc follows devicePciBusId");
+static_assert(sizeof(tuttiBackendPlugin_v1) ==
+                  offsetof(tuttiBackendPlugin_v1, launchHostFunc) + kPtr,
+              "launchHostFunc is the last field");
 static_assert(std::is_trivially_copyable<tuttiBackendPlugin_v1>::value, "plain data");
 static_assert(std::is_standard_layout<tuttiBackendPlugin_v1>::value, "plain data");
 static_assert(std::is_trivially_copyable<tuttiPluginIpcHandle_v1>::value, "plain data");
@@ -39,6 +61,10 @@ int main() {
       offsetof(tuttiBackendPlugin_v1, ipcExport),
       offsetof(tuttiBackendPlugin_v1, reduce),
       offsetof(tuttiBackendPlugin_v1, orthogonalize),
+      offsetof(tuttiBackendPlugin_v1, setDevice),
+      offsetof(tuttiBackendPlugin_v1, hostEventSignal),
+      offsetof(tuttiBackendPlugin_v1, devicePciBusId),
+      offsetof(tuttiBackendPlugin_v1, launchHostFunc),
       sizeof(tuttiBackendHost_v1),
       sizeof(tuttiPluginPointerInfo_v1),
       offsetof(tuttiPluginPointerInfo_v1, base),

@@ -40,6 +40,34 @@ int threadCount() {
   return n;
 }
 
+// Voluntary context switches (the times a thread blocked) of this process's
+// engine threads (named "tutti-engine", base/thread.cc), summed; -1 when
+// there is none.
+long engineBlocks() {
+  long sum = -1;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    char name[32] = {};
+    if (FILE* f = fopen((task + "/comm").c_str(), "r")) {
+      if (!fgets(name, sizeof name, f)) name[0] = 0;
+      fclose(f);
+    }
+    if (strcmp(name, "tutti-engine\n") != 0) continue;
+    if (FILE* f = fopen((task + "/status").c_str(), "r")) {
+      char line[256];
+      long n = 0;
+      while (fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) sum = (sum < 0 ? 0 : sum) + n;
+      fclose(f);
+    }
+  }
+  closedir(d);
+  return sum;
+}
+
 // One rank's device side: a queue and device buffers from the backend.
 struct Rank {
   core::Backend* be = nullptr;
@@ -205,19 +233,24 @@ TEST_P(AsyncReturn, BeforeTheLatePeerCalls) {
     const double ms = msSince(t0);
     // Rank 0 returns while rank 1 is still asleep (a synchronous call takes
     // at least kLateMs); generous for a loaded machine, far below kLateMs.
-    if (r == 0) EXPECT_LT(ms, kLateMs / 5.0) << kindName(k) << " returned after " << ms << " ms";
-    if (r == 0)
+    if (r == 0) {
+      EXPECT_LT(ms, kLateMs / 5.0) << kindName(k) << " returned after " << ms << " ms";
       printf("[  async   ] %s returned in %.3f ms (peer %d ms late)\n", kindName(k), ms, kLateMs);
+    }
     check(k, r, d, in, out);
     // The result exists only once the peer has called, so by the time rank 0
     // has read it the peer's call has begun. (This was measured from rank 0's
     // own t0, which depended on when each rank left the first call: under
     // ASan rank 0's t0 came 200 ms after rank 1 began its sleep.)
-    if (r == 0) EXPECT_NE(peerCalledNs.load(), 0) << "the result came before the peer called";
+    if (r == 0) {
+      EXPECT_NE(peerCalledNs.load(), 0) << "the result came before the peer called";
+    }
     ncclResult_t async = ncclInternalError;
     EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
     EXPECT_EQ(async, ncclSuccess);
-    if (z) EXPECT_EQ(tuttiCompressorDestroy(z), ncclSuccess);
+    if (z) {
+      EXPECT_EQ(tuttiCompressorDestroy(z), ncclSuccess);
+    }
   });
 }
 
@@ -278,6 +311,98 @@ TEST(AsyncEngine, AbortEndsAQueuedOperation) {
   EXPECT_LT(msSince(t0), 1000.0);
   EXPECT_TRUE(d.be->sync(d.q).isOk());  // released, not held forever
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+}
+
+// A one-rank communicator whose stream is busy before a call: the engine
+// waits for it (an out-of-place all-reduce of one rank copies its input, so a
+// wait that ended early would copy the input's old values).
+struct BusyStream {
+  static constexpr size_t kN = 1 << 16;
+  ncclComm_t comm = nullptr;
+  Rank d;
+  float *in = nullptr, *out = nullptr, *next = nullptr;
+  core::Event hold = nullptr;
+  BusyStream() {
+    EXPECT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+    in = d.alloc(kN);
+    out = d.alloc(kN);
+    next = d.alloc(kN);
+    d.put(in, data(0, kN));
+    d.put(next, data(1, kN));
+    // A first call starts the engine thread.
+    EXPECT_EQ(ncclAllReduce(in, out, kN, ncclFloat32, ncclSum, comm, d.stream()), ncclSuccess);
+    EXPECT_EQ(d.get(out, kN), data(0, kN));
+  }
+  // Holds the stream (as a long kernel would), queues the copy that makes
+  // the input next's values behind it, then the all-reduce.
+  void queueBehindAHeldStream() {
+    auto h = d.be->hostEventCreate(0);
+    ASSERT_TRUE(h.isOk()) << h.status().message();
+    hold = h.value();
+    ASSERT_TRUE(d.be->eventWait(d.q, hold).isOk());
+    ASSERT_TRUE(d.be->copyAsync(in, next, kN * sizeof(float), d.q).isOk());
+    ASSERT_EQ(ncclAllReduce(in, out, kN, ncclFloat32, ncclSum, comm, d.stream()), ncclSuccess)
+        << ncclGetLastError(comm);
+  }
+  void release() {
+    if (hold) {
+      EXPECT_TRUE(d.be->hostEventSignal(hold).isOk());
+    }
+  }
+  ~BusyStream() {
+    release();
+    if (hold) {
+      EXPECT_TRUE(d.be->eventDestroy(hold).isOk());
+    }
+    if (comm) {
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+    }
+  }
+};
+
+// While the work queued before an operation runs, the engine sleeps until
+// the backend's host function (launchHostFunc) says the stream got there
+// (core/engine.h, "Waiting for a stream"): over a 500 ms wait it blocks a
+// handful of times (a check of the events every Engine::kRecheck, 100 ms;
+// 5 measured on a 2-core machine). Polling blocked about 3,150 times there
+// (naps of base::Backoff::kNap, about 160 us each with the timer's slack,
+// after yielding the core for kYieldFor).
+// Counted as the engine thread's voluntary context switches. The bound, 50,
+// leaves room for a slow machine and still fails polling.
+TEST(AsyncEngine, WaitForABusyStreamSleepsUntilItArrives) {
+  requireEngineBackend();
+  ASSERT_TRUE(core::processBackend().value()->hasHostFuncs()) << "xpu_emu offers launchHostFunc";
+  BusyStream b;
+  ASSERT_NO_FATAL_FAILURE(b.queueBehindAHeldStream());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engine reaches its wait
+  const long before = engineBlocks();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLateMs));
+  const long blocked = engineBlocks() - before;
+  ASSERT_GE(before, 0) << "no engine thread: the call did not go through the engine";
+  b.release();
+  EXPECT_EQ(b.d.get(b.out, BusyStream::kN), data(1, BusyStream::kN))
+      << "the all-reduce did not wait for the work queued before it";
+  printf("[ engine ] waited %d ms for a busy stream, blocked %ld times\n", kLateMs, blocked);
+  EXPECT_LT(blocked, 50) << "the engine polled the stream instead of sleeping until it arrived";
+}
+
+// ncclCommAbort while the engine sleeps waiting for a busy stream wakes it
+// at once (Engine::interrupt): within 50 ms, where waiting for the next
+// check of the events would take until 200 ms after the call (the abort
+// comes 120 ms after it). The stream is released, not held forever.
+TEST(AsyncEngine, AbortEndsTheWaitForABusyStream) {
+  requireEngineBackend();
+  BusyStream b;
+  ASSERT_NO_FATAL_FAILURE(b.queueBehindAHeldStream());
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(ncclCommAbort(b.comm), ncclSuccess);
+  const double ms = msSince(t0);
+  b.comm = nullptr;
+  printf("[ engine ] abort during the wait for a stream took %.1f ms\n", ms);
+  EXPECT_LT(ms, 50.0) << "the abort waited for the engine's next check of the stream";
+  b.release();
+  EXPECT_TRUE(b.d.be->sync(b.d.q).isOk());
 }
 
 }  // namespace

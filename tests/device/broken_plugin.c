@@ -18,7 +18,8 @@
  *                           events were appended (structSize ends before them); the
  *                           bytes after it hold garbage pointers tutti must never read
  *   BROKEN_PRE_PCI_TABLE    not broken: a table from before devicePciBusId was appended
- *                           (structSize ends before it, a garbage pointer follows)
+ *                           (structSize ends before it, garbage pointers follow, for it
+ *                           and for launchHostFunc)
  */
 /* The template's entry point is renamed so that this file can wrap it. */
 #define tuttiBackendPluginInit templateEntry
@@ -42,6 +43,10 @@ static ncclResult_t brokenReduce(void* ctx, const tuttiPluginReduceArgs_v1* args
   return ncclSuccess;
 }
 #endif
+
+/* A pointer tutti must never call: it lies beyond the table's structSize. */
+#define BROKEN_GARBAGE_HOST_FUNC \
+  ((ncclResult_t(*)(void*, tuttiPluginQueue_t, void (*)(void*), void*))(uintptr_t)0x5a5a5a5a5a)
 
 #if !defined(BROKEN_NO_ENTRY)
 TUTTI_PLUGIN_EXPORT const tuttiBackendPlugin_v1* tuttiBackendPluginInit(uint32_t hostAbiVersion);
@@ -74,9 +79,11 @@ TUTTI_PLUGIN_EXPORT const tuttiBackendPlugin_v1* tuttiBackendPluginInit(uint32_t
   table.hostEventCreate = (ncclResult_t(*)(void*, int32_t, tuttiPluginEvent_t*))(uintptr_t)0x5a5a;
   table.hostEventSignal = (ncclResult_t(*)(void*, tuttiPluginEvent_t))(uintptr_t)0x5a;
   table.devicePciBusId = (ncclResult_t(*)(void*, int32_t, char*, uint64_t))(uintptr_t)0x5a5a5a;
+  table.launchHostFunc = BROKEN_GARBAGE_HOST_FUNC;
 #elif defined(BROKEN_PRE_PCI_TABLE)
   table.structSize = (uint32_t)offsetof(tuttiBackendPlugin_v1, devicePciBusId);
   table.devicePciBusId = (ncclResult_t(*)(void*, int32_t, char*, uint64_t))(uintptr_t)0x5a5a5a;
+  table.launchHostFunc = BROKEN_GARBAGE_HOST_FUNC;
 #else
 #error "choose what is broken with one BROKEN_* flag"
 #endif

@@ -198,6 +198,9 @@ void describe(core::Backend& b, const std::string& arg) {
          b.hasHostEvents() ? "host events (hostEventCreate/hostEventSignal)"
                            : "none (tutti blocks the caller until an operation completes)",
          t.setDevice ? "yes" : "no (only the current device)");
+  printf("  stream waits: %s\n", b.hasHostFuncs()
+                                     ? "launchHostFunc (the engine sleeps until a queue arrives)"
+                                     : "none (the engine polls eventQuery)");
   printf("  PCI bus id: %s\n", b.hasPciBusId()
                                    ? "devicePciBusId (the engine thread runs near the device)"
                                    : "none (the engine thread keeps the caller's CPUs)");

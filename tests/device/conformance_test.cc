@@ -16,6 +16,7 @@
 // the summation order free: tolerances are given where they are checked.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -613,6 +614,121 @@ TEST_P(Conformance, HostEventOrdersAQueue) {
   EXPECT_EQ(memcmp(pinned, pattern.data(), bytes), 0);
 
   EXPECT_TRUE(be_->hostFree(pinned).isOk());
+  EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
+}
+
+// launchHostFunc calls its function exactly once, when the queue reaches it:
+// after the work queued before it (whose results it can read) and before the
+// work queued after it; on a queue held by a host event not before the
+// signal; and even when the queue is destroyed before it gets there. The CPU
+// backend's queues are synchronous: fn has run when the call returns.
+namespace hostfunc {
+struct Probe {
+  std::atomic<int> calls{0};
+  const uint8_t* before = nullptr;  // written by a copy queued before fn
+  const uint8_t* after = nullptr;   // written by a copy queued after fn
+  size_t bytes = 0;
+  uint8_t expect0 = 0, expectLast = 0;
+  std::atomic<bool> sawBefore{false}, afterUntouched{false};
+  static void run(void* arg) {
+    auto* p = static_cast<Probe*>(arg);
+    if (p->before)
+      p->sawBefore = p->before[0] == p->expect0 && p->before[p->bytes - 1] == p->expectLast;
+    if (p->after) p->afterUntouched = p->after[0] == 0 && p->after[p->bytes - 1] == 0;
+    p->calls.fetch_add(1);
+  }
+};
+bool waitForCalls(const Probe& p, int n, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (p.calls.load() < n && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return p.calls.load() >= n;
+}
+}  // namespace hostfunc
+
+TEST_P(Conformance, HostFuncRunsInQueueOrder) {
+  if (!be_->hasHostFuncs())
+    GTEST_SKIP() << "the plugin offers no launchHostFunc (NULL or beyond its table): tutti "
+                    "polls eventQuery while it waits for a queue";
+  using hostfunc::Probe;
+  auto q = be_->queueCreate(0);
+  ASSERT_TRUE(q.isOk()) << q.status().message();
+  EXPECT_FALSE(be_->table().launchHostFunc(be_->context(), q.value(), nullptr, nullptr) ==
+               ncclSuccess)
+      << "a NULL fn must be refused";
+  if (be_->hostOnly()) {
+    Probe p;
+    ASSERT_TRUE(be_->launchHostFunc(q.value(), &Probe::run, &p).isOk());
+    EXPECT_EQ(p.calls.load(), 1) << "synchronous queues: fn has run when the call returns";
+    EXPECT_TRUE(be_->sync(q.value()).isOk());
+    EXPECT_EQ(p.calls.load(), 1);
+    EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
+    return;
+  }
+
+  const size_t bytes = 4 << 20;
+  std::vector<uint8_t> pattern(bytes);
+  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * 29 + 3);
+  DevBuf src(be_.get(), bytes);
+  src.upload(pattern.data(), bytes);
+  auto mem = be_->hostAlloc(2 * bytes);
+  ASSERT_TRUE(mem.isOk()) << mem.status().message();
+  auto* before = static_cast<uint8_t*>(mem.value());
+  uint8_t* after = before + bytes;
+  memset(before, 0, 2 * bytes);
+
+  // Between two copies: it sees the first one's bytes and not yet the second's.
+  Probe p;
+  p.before = before;
+  p.after = after;
+  p.bytes = bytes;
+  p.expect0 = pattern[0];
+  p.expectLast = pattern[bytes - 1];
+  ASSERT_TRUE(be_->copyAsync(before, src.get(), bytes, q.value()).isOk());
+  ASSERT_TRUE(be_->launchHostFunc(q.value(), &Probe::run, &p).isOk());
+  ASSERT_TRUE(be_->copyAsync(after, src.get(), bytes, q.value()).isOk());
+  mustReturnWithin(std::chrono::seconds(30), "queueSynchronize after launchHostFunc",
+                   [&] { EXPECT_TRUE(be_->sync(q.value()).isOk()); });
+  EXPECT_EQ(p.calls.load(), 1) << "fn runs exactly once, before queueSynchronize returns";
+  EXPECT_TRUE(p.sawBefore.load()) << "fn ran before the copy queued before it had completed";
+  EXPECT_TRUE(p.afterUntouched.load()) << "the copy queued after fn ran before fn";
+  EXPECT_EQ(memcmp(after, pattern.data(), bytes), 0);
+
+  if (be_->hasHostEvents()) {
+    // Held: not before the signal, then once.
+    Probe held;
+    auto he = be_->hostEventCreate(0);
+    ASSERT_TRUE(he.isOk()) << he.status().message();
+    ASSERT_TRUE(be_->eventWait(q.value(), he.value()).isOk());
+    ASSERT_TRUE(be_->launchHostFunc(q.value(), &Probe::run, &held).isOk());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(held.calls.load(), 0) << "fn ran before the queue reached it";
+    EXPECT_TRUE(be_->hostEventSignal(he.value()).isOk());
+    EXPECT_TRUE(hostfunc::waitForCalls(held, 1, std::chrono::seconds(30)))
+        << "fn did not run after the host event was signalled";
+    mustReturnWithin(std::chrono::seconds(30), "queueSynchronize after the signal",
+                     [&] { EXPECT_TRUE(be_->sync(q.value()).isOk()); });
+    EXPECT_EQ(held.calls.load(), 1);
+    EXPECT_TRUE(be_->eventDestroy(he.value()).isOk());
+
+    // The queue destroyed before it reaches fn: fn still runs, once.
+    Probe orphan;
+    auto q2 = be_->queueCreate(0);
+    ASSERT_TRUE(q2.isOk()) << q2.status().message();
+    auto he2 = be_->hostEventCreate(0);
+    ASSERT_TRUE(he2.isOk()) << he2.status().message();
+    ASSERT_TRUE(be_->eventWait(q2.value(), he2.value()).isOk());
+    ASSERT_TRUE(be_->launchHostFunc(q2.value(), &Probe::run, &orphan).isOk());
+    EXPECT_TRUE(be_->queueDestroy(q2.value()).isOk());
+    EXPECT_EQ(orphan.calls.load(), 0);
+    EXPECT_TRUE(be_->hostEventSignal(he2.value()).isOk());
+    EXPECT_TRUE(hostfunc::waitForCalls(orphan, 1, std::chrono::seconds(30)))
+        << "fn on a destroyed queue never ran";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(orphan.calls.load(), 1);
+    EXPECT_TRUE(be_->eventDestroy(he2.value()).isOk());
+  }
+  EXPECT_TRUE(be_->hostFree(before).isOk());
   EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
 }
 

@@ -140,6 +140,16 @@ TEST(PluginTableSize, TableFromBeforeHostEventsLoads) {
   auto id = be.pciBusId(0);
   ASSERT_TRUE(id.isOk()) << id.status().message();
   EXPECT_EQ(id.value(), "");  // not offered: address unknown
+  EXPECT_EQ(be.table().launchHostFunc, nullptr);
+  EXPECT_FALSE(be.hasHostFuncs());
+  bool ran = false;
+  st = be.launchHostFunc(
+      nullptr, [](void* p) { *static_cast<bool*>(p) = true; }, &ran);
+  EXPECT_EQ(st.code(), Code::kInvalidUsage);
+  EXPECT_EQ(st.message(),
+            "backend broken offers no host functions (launchHostFunc is NULL or beyond its "
+            "table)");
+  EXPECT_FALSE(ran);
 }
 
 // A plugin built before devicePciBusId was appended (structSize ends right
@@ -152,6 +162,8 @@ TEST(PluginTableSize, TableFromBeforePciBusIdLoads) {
   EXPECT_NE(be.table().setDevice, nullptr);
   EXPECT_EQ(be.table().devicePciBusId, nullptr);
   EXPECT_FALSE(be.hasPciBusId());
+  EXPECT_EQ(be.table().launchHostFunc, nullptr);
+  EXPECT_FALSE(be.hasHostFuncs());
   for (int d : {0, 1, 7}) {
     auto id = be.pciBusId(d);
     ASSERT_TRUE(id.isOk()) << id.status().message();
@@ -196,6 +208,19 @@ TEST(PluginTableSize, FieldsPartlyCoveredReadAsNull) {
   id = b.value()->pciBusId(0);
   ASSERT_TRUE(id.isOk());
   EXPECT_EQ(id.value(), "0000:65:00.0");
+  // launchHostFunc, the last field: cut inside it reads NULL, whole it is
+  // the CPU backend's, which runs fn before it returns (synchronous queues).
+  EXPECT_TRUE(b.value()->hasHostFuncs());
+  int calls = 0;
+  auto count = [](void* p) { ++*static_cast<int*>(p); };
+  EXPECT_TRUE(b.value()->launchHostFunc(nullptr, count, &calls).isOk());
+  EXPECT_EQ(calls, 1);
+  t.structSize = offsetof(tuttiBackendPlugin_v1, launchHostFunc) + 4;
+  b = Backend::fromTable(&t, "a CPU table cut inside launchHostFunc");
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  EXPECT_FALSE(b.value()->hasHostFuncs());
+  EXPECT_EQ(b.value()->launchHostFunc(nullptr, count, &calls).code(), Code::kInvalidUsage);
+  EXPECT_EQ(calls, 1);
 }
 
 // ---- through the C API of libtutti.so, one process per plugin --------------
