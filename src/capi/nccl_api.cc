@@ -149,13 +149,8 @@ TUTTI_API ncclResult_t tuttiSetDevice(int device) {
   return guard("tuttiSetDevice", [&] {
     auto backend = core::processBackend();
     if (!backend) return fromStatus(backend.status().withContext("tuttiSetDevice"), nullptr);
-    auto n = backend.value()->deviceCount();
-    if (!n) return fromStatus(n.status().withContext("tuttiSetDevice"), nullptr);
-    if (device < 0 || device >= n.value())
-      return fail(ncclInvalidArgument,
-                  fmt::format("tuttiSetDevice: device {} does not exist (backend {} has {})",
-                              device, backend.value()->name(), n.value()));
-    Status st = backend.value()->setDevice(device);
+    Status st = backend.value()->checkDevice(device);
+    if (st) st = backend.value()->setDevice(device);
     return st ? ncclSuccess : fromStatus(st.withContext("tuttiSetDevice"), nullptr);
   });
 }

@@ -187,12 +187,17 @@ Result<int> Backend::currentDevice() {
   return static_cast<int>(d);
 }
 
-Result<int> Backend::bindDevice(int device) {
-  if (hostOnly_) return 0;
+Status Backend::checkDevice(int device) {
   TUTTI_ASSIGN_OR_RETURN(const int n, deviceCount());
   if (device < 0 || device >= n)
     return invalidArgument(
         fmt::format("device {} does not exist (backend {} has {} device(s))", device, name_, n));
+  return Status::ok();
+}
+
+Result<int> Backend::bindDevice(int device) {
+  if (hostOnly_) return 0;
+  TUTTI_RETURN_IF_ERROR(checkDevice(device));
   return device;
 }
 

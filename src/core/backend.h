@@ -69,9 +69,12 @@ class Backend {
 
   Result<int> deviceCount();
   Result<int> currentDevice();
+  // kInvalidArgument naming the device unless 0 <= device < deviceCount().
+  Status checkDevice(int device);
   // The device a communicator asked for `device` binds to: that one when it
-  // exists (kInvalidArgument naming it otherwise). A hostOnly backend has one
-  // device that every rank shares: any id is 0 there.
+  // exists (checkDevice). A hostOnly backend has one device that every rank
+  // shares: any id is 0 there (tuttiSetDevice, which changes the current
+  // device, still refuses one that does not exist).
   Result<int> bindDevice(int device);
   // Makes `device` the calling thread's current device. Without the plugin's
   // setDevice: succeeds when device is already current, else kInvalidUsage.

@@ -344,8 +344,7 @@ Status Bootstrap::start() {
   }
 
   // Own listener for point-to-point control messages.
-  std::string ifName;
-  TUTTI_ASSIGN_OR_RETURN(localAddr_, net::selectInterface(&ifName));
+  TUTTI_ASSIGN_OR_RETURN(localAddr_, net::selectInterface(&ifName_));
   bool pinned = net::interfacePinned();
   net::SockAddr bindAddr = pinned ? localAddr_ : net::wildcardAddr(localAddr_.family());
   bindAddr.setPort(0);

@@ -121,6 +121,8 @@ class Bootstrap : public transport::ControlChannel {
   const uint8_t* secret() const { return id_.secret; }
   const UniqueIdData& id() const { return id_; }
   const net::SockAddr& localAddr() const { return localAddr_; }
+  // The interface localAddr is on (net::selectInterface's choice).
+  const std::string& interfaceName() const { return ifName_; }
   // Deadline for control-plane waits started now.
   net::Clock::time_point deadline() const;
 
@@ -137,6 +139,7 @@ class Bootstrap : public transport::ControlChannel {
   const std::atomic<bool>* abortFlag_ = nullptr;
   std::vector<PeerInfo> peers_;
   net::SockAddr localAddr_;
+  std::string ifName_;
   net::Socket listener_;
 
   std::thread service_;

@@ -47,20 +47,18 @@ Result<algo::NodeMap> nodeMapFor(const std::vector<uint64_t>& hostIds) {
 }
 
 // The NUMA node of the NIC this rank's TCP traffic leaves through
-// (Comm::nicNuma): the interface net::selectInterface picks (NCCL_SOCKET_IFNAME,
-// else the first one up), found among the topology's PCI devices; -1 when it
-// is not (loopback, a virtual interface). Logged at INFO; never an error.
-int nicNumaNode(const topo::Topology& t, int rank) {
-  std::string ifName;
-  auto addr = net::selectInterface(&ifName);
-  const topo::PciDevice* nic = addr ? topo::findNetDevice(t, ifName) : nullptr;
+// (Comm::nicNuma): the bootstrap's interface (net::selectInterface's choice:
+// NCCL_SOCKET_IFNAME, else the first one up; the data connections use its
+// address), found among the topology's PCI devices; -1 when it is not
+// (loopback, a virtual interface). Logged at INFO; never an error.
+int nicNumaNode(const topo::Topology& t, const std::string& ifName, int rank) {
+  const topo::PciDevice* nic = topo::findNetDevice(t, ifName);
   const int node = nic ? topo::numaNodeNear(*nic) : -1;
   if (node < 0)
     TUTTI_INFO(log::kInit,
                "rank {}: interface {} is {} in the topology; the engine thread keeps the "
                "caller's CPU mask",
-               rank, addr ? ifName : addr.status().message(),
-               nic ? "near no NUMA node" : "on no PCI device");
+               rank, ifName, nic ? "near no NUMA node" : "on no PCI device");
   else
     TUTTI_INFO(log::kInit,
                "rank {}: interface {} (NIC {}) is near NUMA node {}; the engine thread runs there",
@@ -202,7 +200,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
   // Host memory over TCP: the engine runs near the NIC the traffic takes.
   if (backend->hostOnly() && nranks > 1 && !c->sharedMemory_)
-    c->nicNuma_ = nicNumaNode(topology, rank);
+    c->nicNuma_ = nicNumaNode(topology, c->bootstrap_->interfaceName(), rank);
   if (nranks >= 2 && c->allOnOneHost()) {
     auto ipc = DeviceIpc::negotiate(c.get(), backend, device);
     if (!ipc) return ipc.status().withContext("device IPC set-up");

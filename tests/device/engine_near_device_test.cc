@@ -28,7 +28,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -83,19 +85,29 @@ void meet(std::atomic<int>& count, int n) {
   while (count.load() < n) std::this_thread::yield();
 }
 
+// Why this machine cannot run the fixture, "" when it can: CPUs 0 and 1 in
+// the process's mask, and an hwloc that reads hand-written XML.
+std::string fixtureUnusable() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    ADD_FAILURE() << "sched_getaffinity: " << strerror(errno);  // a failure, not a skip
+    return "sched_getaffinity failed";
+  }
+  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
+    return "needs CPUs 0 and 1 in the process's mask (the fixture's two NUMA nodes)";
+  if (!topo::hwlocReadsAnyXml())
+    return "hwloc cannot read the hand-written fixture here: its libxml2 reader (Debian package "
+           "libhwloc-plugins) is not installed or HWLOC_LIBXML=0";
+  return "";
+}
+
 // Runs two ranks on threads pinned to CPU 0; each runs an all-reduce on a
 // device stream (starting its engine), checks the sum, and then, with both
 // engines alive, `inspect` sees the engine threads and this rank's comm.
 void runPinnedToCpu0(
     const std::function<void(int, core::Comm&,
                              const std::vector<std::pair<std::string, std::string>>&)>& inspect) {
-  cpu_set_t allowed;
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
-    GTEST_SKIP() << "needs CPUs 0 and 1 in the process's mask (the fixture's two NUMA nodes)";
-  if (!topo::hwlocReadsAnyXml())
-    GTEST_SKIP() << "hwloc cannot read the hand-written fixture here: its libxml2 reader (Debian "
-                    "package libhwloc-plugins) is not installed or HWLOC_LIBXML=0";
+  if (const std::string why = fixtureUnusable(); !why.empty()) GTEST_SKIP() << why;
   const char* topoFile = getenv("TUTTI_TOPO_FILE");
   ASSERT_NE(topoFile, nullptr) << "run through ctest: TUTTI_TOPO_FILE names the fixture";
   ASSERT_NE(std::string(topoFile).find("topo_2numa_2cpu_xpu.xml"), std::string::npos) << topoFile;
@@ -165,12 +177,7 @@ TEST(EngineNearDevice, KeepsTheCallersMaskWithoutABusId) {
 }
 
 TEST(EngineNearNic, NearTheNicOverTcp) {
-  cpu_set_t allowed;
-  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
-  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed))
-    GTEST_SKIP() << "needs CPUs 0 and 1 in the process's mask (the fixture's two NUMA nodes)";
-  if (!topo::hwlocReadsAnyXml())
-    GTEST_SKIP() << "hwloc cannot read the hand-written fixture here (libhwloc-plugins)";
+  if (const std::string why = fixtureUnusable(); !why.empty()) GTEST_SKIP() << why;
   ASSERT_NE(getenv("TUTTI_TOPO_FILE"), nullptr) << "run through ctest device.engine_near.nic";
   const char* shmOff = getenv("NCCL_SHM_DISABLE");
   const bool tcp = shmOff && std::string(shmOff) == "1";
