@@ -10,13 +10,17 @@
 # of bus bandwidth against size (one per collective).
 #   bench/compare/run.sh [--np N[,N...]] [--colls C[,C...]] [--max BYTES] [--factor F]
 #                        [--reps R] [--seconds S] [--limit-seconds S] [--no-setup]
-#                        [--out DIR]
+#                        [--baseline PERF] [--out DIR]
+# --baseline PERF: a second tutti-perf (another tree's build, e.g. of the
+# commit before a change) runs right after this tree's at every step, as
+# implementation "tutti-base"; the summary then compares the two, time and
+# ratios to Open MPI and Gloo, side by side in one run.
 # Installs what it needs with apt (Open MPI, python3-torch, matplotlib).
 # Open MPI runs as root on loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NP=2 MAXB=$((64 << 20)) FACTOR=4 REPS=3 SECONDS_PER_SIZE=0.2 LIMIT_SECONDS=1 SETUP=1
-COLLS=all_reduce,reduce_scatter,all_gather,broadcast OUT=build/compare
+COLLS=all_reduce,reduce_scatter,all_gather,broadcast OUT=build/compare BASE=""
 while (($#)); do
   case $1 in
     --np) NP=$2; shift 2 ;;
@@ -28,6 +32,7 @@ while (($#)); do
     --limit-seconds) LIMIT_SECONDS=$2; shift 2 ;;
     --no-setup) SETUP=0; shift ;;
     --out) OUT=$2; shift 2 ;;
+    --baseline) BASE=$2; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +60,11 @@ fi
 if ((SETUP)); then bash scripts/setup.sh > /dev/null; fi
 PERF=build/bench/tutti_perf/tutti-perf
 [ -x "$PERF" ] || { echo "$PERF missing: run scripts/setup.sh" >&2; exit 1; }
+if [ -n "$BASE" ]; then
+  [ -x "$BASE" ] || { echo "--baseline: $BASE is not an executable tutti-perf" >&2; exit 2; }
+  [ "$(realpath "$BASE")" != "$(realpath "$PERF")" ] ||
+    { echo "--baseline: $BASE is this tree's own tutti-perf" >&2; exit 2; }
+fi
 mkdir -p "$OUT"
 mpicc -O2 -o "$OUT/mpi_coll" bench/compare/mpi_coll.c
 cc -O2 -pthread -o "$OUT/limits" bench/compare/limits.c
@@ -76,8 +86,9 @@ SPLIT=$MINB
 while ((SPLIT <= 32768 && SPLIT <= MAXB)); do SPLIT=$((SPLIT * FACTOR)); done
 MIDB=$SPLIT
 while ((MIDB * FACTOR <= (2 << 20) && MIDB * FACTOR <= MAXB)); do MIDB=$((MIDB * FACTOR)); done
-tutti_run() {  # collective, transport shm|tcp, ranks
+tutti_run() {  # collective, transport shm|tcp, ranks[, tutti-perf, implementation name]
   local disable=0; [[ $2 == tcp ]] && disable=1
+  local PERF=${4:-$PERF} impl=${5:-tutti}
   # Column 1 is the size tutti-perf used (reduce_scatter and all_gather: rounded
   # down to a multiple of n*4 bytes, 0 when smaller; mpi_coll.c does the same
   # and skips 0), column 6 the out-of-place time in us. -a 3: the slowest
@@ -93,11 +104,15 @@ tutti_run() {  # collective, transport shm|tcp, ranks
       NCCL_SHM_DISABLE=$disable "$PERF" "$1" -b $((MIDB * FACTOR)) -e "$MAXB" -f "$FACTOR" \
         -n 50 -w 5 -c 0 -a 3 --np "$3"
     fi
-  } | awk -v c="$1" -v t="$2" -v np="$3" \
+  } | awk -v c="$1" -v t="$2" -v np="$3" -v impl="$impl" \
     'BEGIN { f = c == "all_reduce" ? 2 * (np - 1) / np : c == "broadcast" ? 1 : (np - 1) / np }
      $1 ~ /^[0-9]+$/ && $1 > 0 && NF >= 12 && $6 > 0 {
        busbw = $1 / ($6 * 1e-6) * f / 1e9  # tutti-perf prints 2 decimals only
-       printf "tutti,%s,%s,%s,%s,%s,%.6f\n", t, c, np, $1, $6, busbw }'
+       printf "%s,%s,%s,%s,%s,%s,%.6f\n", impl, t, c, np, $1, $6, busbw }'
+}
+both_run() {  # this tree's tutti-perf, then the baseline's right after it
+  tutti_run "$@"
+  if [ -n "$BASE" ]; then tutti_run "$@" "$BASE" tutti-base; fi
 }
 for rep in $(seq 1 "$REPS"); do
   echo "# repetition $rep of $REPS: limits" >&2
@@ -112,11 +127,11 @@ for rep in $(seq 1 "$REPS"); do
             --mca oob_tcp_if_include lo)
     for coll in "${CS[@]}"; do
       {
-        tutti_run "$coll" shm "$np"
+        both_run "$coll" shm "$np"
         "${MPIRUN[@]}" --mca btl self,vader "$OUT/mpi_coll" "$coll" shm "$MINB" "$MAXB" \
           "$FACTOR" "$SECONDS_PER_SIZE"
         if [[ $coll == all_reduce ]]; then  # the other collectives: shared memory only
-          tutti_run "$coll" tcp "$np"
+          both_run "$coll" tcp "$np"
           "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo "$OUT/mpi_coll" "$coll" \
             tcp "$MINB" "$MAXB" "$FACTOR" "$SECONDS_PER_SIZE"
           "$PY" bench/compare/gloo_allreduce.py "$np" "$MINB" "$MAXB" "$FACTOR" \

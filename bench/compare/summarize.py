@@ -6,7 +6,10 @@ TARGETS). Then the machine's physical limits (limits.csv) and, for 2 ranks, the
 fraction of them reached by all-reduce at the largest size; a list of the sizes
 where a target is not met; log-log plots of bus bandwidth against size, one
 panel per rank count: plot.png for all-reduce, <coll>_busbw.png in the same
-folder for each other collective.
+folder for each other collective. With rows of "tutti-base" (run.sh
+--baseline), one more table per collective, rank count and transport: this
+tree's tutti against the baseline's, its time and its ratios to Open MPI and
+Gloo, with the medians over the sizes.
 
 usage: /usr/bin/python3 summarize.py results.csv plot.png [limits.csv]
 CSV columns: rep,impl,transport,coll,np,bytes,time_us,busbw_gbs (without coll:
@@ -178,6 +181,49 @@ def print_targets(results):
     print()
 
 
+def print_baseline(coll, n, med, sizes):
+    """tutti against tutti-base (measured in the same run), per transport:
+    after/before time, and the ratio to each other library after and before
+    (>1 better, as in print_table), with the median of each column over the
+    sizes measured by both."""
+    others = {"shm": ("openmpi",), "tcp": ("openmpi", "gloo")}
+    for tr in ("shm", "tcp"):
+        rows = [b for b in sizes if (("tutti", tr, n, b) in med and
+                                     ("tutti-base", tr, n, b) in med)]
+        if not rows:
+            continue
+        libs = [o for o in others[tr] if any((o, tr, n, b) in med for b in rows)]
+        print(f"# {TITLES.get(coll, coll)}, {n} ranks, {tr}: this tree (tutti) against the "
+              f"baseline (tutti-base), side by side in one run; time in us")
+        head = f"{'size':>10} | {'tutti':>9} | {'base':>9} | {'time after/before':>17}"
+        for o in libs:
+            head += f" | {'vs ' + o + ' after':>17} | {'before':>8} | {'after/before':>12}"
+        print(head)
+        cols = defaultdict(list)
+        for b in rows:
+            x, y = med[("tutti", tr, n, b)], med[("tutti-base", tr, n, b)]
+            t = x[0] / y[0]
+            cols["time"].append(t)
+            line = f"{human(b):>10} | {x[0]:9.2f} | {y[0]:9.2f} | {t:17.3f}"
+            for o in libs:
+                ra = ratio(x, med.get((o, tr, n, b)), b)
+                rb = ratio(y, med.get((o, tr, n, b)), b)
+                if ra and rb:
+                    cols[o].append(ra[0] / rb[0])
+                    line += f" | {fmt_ratio(ra):>17} | {fmt_ratio(rb).strip():>8} | " \
+                            f"{ra[0] / rb[0]:12.3f}"
+                else:
+                    line += f" | {'-':>17} | {'-':>8} | {'-':>12}"
+            print(line)
+        summary = f"time after/before {statistics.median(cols['time']):.3f}"
+        for o in libs:
+            if cols[o]:
+                summary += f"; ratio to {o} after/before {statistics.median(cols[o]):.3f}"
+        print(f"# median over {len(rows)} sizes: {summary} (time < 1 and ratios > 1: "
+              f"this tree is faster)")
+        print()
+
+
 def print_limits(limits, med, sizes_by_np):
     print("# physical limits (bench/compare/limits.c), GB/s, median [min, max] of "
           f"{max((v[3] for v in limits.values()), default=0)} repetitions")
@@ -275,6 +321,8 @@ def main(path, png, limits_path=None):
         sizes_by_np = {n: sorted({k[3] for k in med if k[2] == n}) for n in nps}
         for n in nps:
             results.append((coll, n, print_table(coll, n, med, sizes_by_np[n])))
+        for n in nps:
+            print_baseline(coll, n, med, sizes_by_np[n])
         plots.append((coll, med, nps, sizes_by_np))
     limits = read_limits(limits_path)
     med = by_coll.get("all_reduce", {})
