@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -40,10 +41,20 @@ class [[nodiscard]] Status {
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // Prepends context: "while connecting to rank 3: <message>".
-  Status withContext(const std::string& ctx) const {
-    if (isOk()) return *this;
-    return Status(code_, ctx + ": " + message_);
+  // Prepends context: "while connecting to rank 3: <message>". The context
+  // is a view, so a successful call on a hot path (every API call checks its
+  // communicator with the function's name) builds no string.
+  Status withContext(std::string_view ctx) const {
+    if (isOk()) return Status();
+    std::string m;
+    m.reserve(ctx.size() + 2 + message_.size());
+    m.append(ctx).append(": ").append(message_);
+    return Status(code_, std::move(m));
+  }
+  // The same for a C string, measured (strlen) only on an error.
+  Status withContext(const char* ctx) const {
+    if (isOk()) return Status();
+    return withContext(std::string_view(ctx));
   }
 
  private:

@@ -483,13 +483,21 @@ struct FusedSet {
   size_t block = 0;             // bytes of a block
   size_t at = 0;                // offset of the packed buffer in the plan's memory
   Op op;                        // the fused operation (buffers set by place())
+  // An all-reduce between ranks runs out of place, its input and its result
+  // side by side: in place, the latency algorithm would first copy the whole
+  // input aside (recursive doubling sends from it while results land), a
+  // third pass over the packed bytes after packing and before unpacking.
+  bool outOfPlace(int nranks) const { return op.coll == Collective::kAllReduce && nranks > 1; }
+  static size_t aligned(size_t b) { return (b + 63) / 64 * 64; }
   size_t packedBytes(int nranks) const {
     const bool perRank = op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter;
+    if (outOfPlace(nranks)) return aligned(block) + block;
     return (perRank ? nranks * block : block);
   }
-  // The fused operation's buffers in the packed buffer at `base`, in place.
-  void place(uint8_t* base, int rank) {
+  // The fused operation's buffers in the packed buffer at `base`.
+  void place(uint8_t* base, int rank, int nranks) {
     op.send = op.recv = base;
+    if (outOfPlace(nranks)) op.recv = base + aligned(block);
     if (op.coll == Collective::kAllGather) op.send = base + rank * block;
     if (op.coll == Collective::kReduceScatter) op.recv = base + rank * block;
   }
@@ -557,7 +565,7 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
   const int rank = comm.rank(), nranks = comm.nranks();
   for (FusedSet& f : p.fused) {
     f.op.stream = ops[f.parts[0]]->stream;  // where a device scalar is read
-    f.place(mem + f.at, rank);
+    f.place(mem + f.at, rank, nranks);
     f.pack(ops, rank, nranks);
   }
   Work& w = p.work;
@@ -635,7 +643,7 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     if (bytewise) f.op.dt = ncclUint8;
     f.op.count = f.block / elemSize(f.op.dt);
     f.at = p->packedBytes;
-    p->packedBytes += (f.packedBytes(comm.nranks()) + 63) / 64 * 64;
+    p->packedBytes += FusedSet::aligned(f.packedBytes(comm.nranks()));
     TUTTI_INFO(log::kTuning, "group: {} {}s fused into one of {} bytes per rank", f.parts.size(),
                algo::collectiveName(f.op.coll), f.block);
   }
@@ -643,7 +651,7 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
   // they are in place decides the schedule); bindPlan places them again.
   if (p->packedBytes) {
     TUTTI_ASSIGN_OR_RETURN(uint8_t * mem, comm.scratch(p->packedBytes));
-    for (FusedSet& f : p->fused) f.place(mem + f.at, comm.rank());
+    for (FusedSet& f : p->fused) f.place(mem + f.at, comm.rank(), comm.nranks());
   }
   // Each fused set runs where its first member was called.
   std::vector<const Op*> items;

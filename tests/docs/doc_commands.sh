@@ -56,6 +56,7 @@ RUN=(
   "docs/tutti-perf.md|torchrun --nproc_per_node 2 --redirects 1 --tee 1 --no_python build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/tutti-perf.md|mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/performance.md|bash bench/async/run.sh --trials 2 --late-ms 200 --abort-bytes 64M --abort-delay-ms 2"
+  "docs/performance.md|bash bench/group/run.sh --reps 1 --iters 200"
 )
 # file | command prefix | why it is not run here
 SKIP=(
@@ -70,6 +71,7 @@ SKIP=(
   "docs/pytorch.md|cmake -S . -B build|the configure scripts/setup.sh runs before this test"
   "docs/pytorch.md|cmake --build build|the build scripts/setup.sh runs before this test"
   "docs/performance.md|cmake --build build --target tutti-async-bench|the build scripts/setup.sh runs before this test (every target)"
+  "docs/performance.md|bash bench/group/run.sh --reps 9|a benchmark: about two minutes of interleaved repetitions; the short form (RUN above) runs here"
   "docs/performance.md|bash bench/async/run.sh|a benchmark: about a minute, and its 1 GiB abort takes 2 GiB of host memory per process; the short form (RUN above) runs here"
   "docs/performance.md|ctest --test-dir build -L bench-smoke|the test suite itself (CI runs ctest); device.async_bench_smoke is that label's test"
   "docs/pytorch.md|PYTHONPATH=build/python /usr/bin/python3 bench/pytorch/overlap_timeline.py|a benchmark with plots (bench/); ctest torch.ddp_overlap_np2 runs it with --check"

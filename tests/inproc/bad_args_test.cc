@@ -124,6 +124,12 @@ TEST(BadArguments, EveryCallOnALiveCommunicator) {
     expectFail(ncclRecv(out.data(), 8, ncclFloat, -3, comm, nullptr), "invalid peer -3", "peer");
     expectFail(ncclAllGather(buf.data(), out.data(), SIZE_MAX / 2, ncclFloat, comm, nullptr),
                "overflows", "overflow");
+    // The element bytes fit; times the 2 ranks' blocks they do not.
+    expectFail(ncclAllGather(buf.data(), out.data(), SIZE_MAX / 8 + 1, ncclFloat, comm, nullptr),
+               "overflows", "overflow by the rank count");
+    expectFail(ncclAllReduce(buf.data(), out.data(), SIZE_MAX / 4 + 1, ncclFloat, ncclSum, comm,
+                             nullptr),
+               "overflows", "overflow by the element size");
     ncclRedOp_t op;
     float scalar = 2;
     expectFail(ncclRedOpCreatePreMulSum(nullptr, &scalar, ncclFloat, ncclScalarHostImmediate, comm),
