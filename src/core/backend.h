@@ -28,6 +28,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "core/host_kernels.h"
 #include "tutti/backend_plugin.h"
 
 namespace tutti::core {
@@ -119,6 +120,15 @@ class Backend {
   // plugin's kInvalidArgument when not offered for this queue.
   Status launchHostFunc(Queue q, void (*fn)(void*), void* arg);
 
+  // The kernels for host memory (core/host_kernels.h): what the executor,
+  // the one-shot path and the planner reduce and encode with, on host buffers
+  // and on device buffers staged through pinned host memory. Every backend
+  // answers with the CPU reference kernels (referenceKernels()) today.
+  const HostKernels& hostKernels() const { return *hostKernels_; }
+  // Replaces them (`k` outlives every use; tests install counting kernels).
+  // Not synchronised: call it while no communicator of this backend runs.
+  void setHostKernels(const HostKernels* k) { hostKernels_ = k ? k : &referenceKernels(); }
+
   // Kernels, async on q (host fallback as in the contract).
   Status reduce(const tuttiPluginReduceArgs_v1& a, Queue q);
   Status castScaled(void* dst, int dstType, const void* src, int srcType, size_t count, float scale,
@@ -149,6 +159,7 @@ class Backend {
   void* ctx_ = nullptr;
   void* dl_ = nullptr;  // dlopen handle, null for built-in tables
   std::string name_, origin_;
+  const HostKernels* hostKernels_ = &referenceKernels();
   bool hostOnly_ = false;
   std::atomic<uint32_t> fallbackLogged_{0};
 };

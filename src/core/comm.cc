@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "algo/cost_model.h"
-#include "backends/cpu/cpu_backend.h"
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -380,7 +379,7 @@ int Comm::createPreMulSum(const void* scalar, int dt, int residence) {
   u.residence = residence;
   u.ptr = scalar;
   if (residence == ncclScalarHostImmediate) {
-    u.value = cpu::scalarValue(scalar, dt);
+    u.value = kernels().scalarValue(scalar, dt);
     memcpy(&u.raw, scalar, dataTypeSize(static_cast<DataType>(dt)));
   }
   drainEngine();

@@ -165,6 +165,8 @@ class Comm {
   // through (core/staging.h; used under mutex()), and device-to-device
   // collectives between the processes of one host (null when not used).
   Backend& backend() const { return *backend_; }
+  // The kernels host buffers are reduced and encoded with (the backend's).
+  const HostKernels& kernels() const { return backend_->hostKernels(); }
   int device() const { return device_; }
   PinnedBuffer* pinnedStaging() { return &pinned_; }
   DeviceIpc* deviceIpc() const { return ipc_.get(); }

@@ -10,8 +10,6 @@
 #include <memory>
 #include <thread>
 
-#include "backends/cpu/codec_kernels.h"
-#include "backends/cpu/kernels.h"
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/thread.h"
@@ -177,6 +175,7 @@ class Run {
 
   Work* w_ = nullptr;
   Comm* c_ = nullptr;
+  const HostKernels* k_ = nullptr;  // c_'s, for the reductions and codecs
   size_t smallBytes_ = 0;  // channel0Only's limit
   std::vector<FlatRef> sends_, recvs_;
   // Per flat recv: the flat sends waiting for it. Sized to the largest
@@ -193,19 +192,17 @@ class Run {
   int failedPeer_ = -1;
 };
 
-cpu::WireFormat formatOf(algo::Wire w) { return static_cast<cpu::WireFormat>(w); }
-
 // Bytes a message of `bytes` payload occupies on the wire.
-size_t wireSize(const algo::Schedule& s, bool encoded, size_t bytes) {
-  return encoded ? cpu::wireBytes(formatOf(s.wire.format), bytes / sizeof(float)) : bytes;
+size_t wireSize(const HostKernels& k, const algo::Schedule& s, bool encoded, size_t bytes) {
+  return encoded ? k.wireBytes(s.wire.format, bytes / sizeof(float)) : bytes;
 }
 
 bool Run::channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) const {
-  return wireSize(s, encoded, bytes) <= smallBytes_;
+  return wireSize(*k_, s, encoded, bytes) <= smallBytes_;
 }
 
-void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src, uint8_t* err,
-              const algo::Schedule& sched) {
+void runLocal(const HostKernels& k, const algo::LocalStep& st, uint8_t* dst, const uint8_t* src,
+              uint8_t* err, const algo::Schedule& sched) {
   const algo::ReduceSpec& spec = sched.spec;
   size_t es = dataTypeSize(spec.dt);
   switch (st.kind) {
@@ -213,32 +210,32 @@ void runLocal(const algo::LocalStep& st, uint8_t* dst, const uint8_t* src, uint8
       if (dst != src) memmove(dst, src, st.bytes);
       break;
     case algo::LocalKind::kScale:
-      cpu::scale(dst, src, st.bytes / es, spec.dt, spec.scalar);
+      k.scale(dst, src, st.bytes / es, spec.dt, spec.scalar);
       break;
     case algo::LocalKind::kDivide:
-      cpu::divide(dst, src, st.bytes / es, spec.dt, spec.divisor);
+      k.divide(dst, src, st.bytes / es, spec.dt, spec.divisor);
       break;
     case algo::LocalKind::kQuantize:
-      cpu::quantize(formatOf(sched.wire.format), sched.wire.exp,
-                    reinterpret_cast<const float*>(src), st.scale,
-                    st.feedback ? reinterpret_cast<float*>(err) : nullptr, st.bytes / sizeof(float),
-                    reinterpret_cast<float*>(dst));
+      k.quantize(sched.wire.format, sched.wire.exp, reinterpret_cast<const float*>(src), st.scale,
+                 st.feedback ? reinterpret_cast<float*>(err) : nullptr, st.bytes / sizeof(float),
+                 reinterpret_cast<float*>(dst));
       break;
   }
 }
 
 // dst = incoming (op) local, as the schedule's ReduceSpec says.
-void combine(const algo::ReduceSpec& spec, uint8_t* dst, const uint8_t* incoming,
-             const uint8_t* local, size_t count) {
+void combine(const HostKernels& k, const algo::ReduceSpec& spec, uint8_t* dst,
+             const uint8_t* incoming, const uint8_t* local, size_t count) {
   if (spec.op == RedOp::kPreMulSum)
-    cpu::preMulReduce(dst, incoming, local, count, spec.dt, spec.scalar);
+    k.preMulReduce(dst, incoming, local, count, spec.dt, spec.scalar);
   else
-    cpu::reduce(dst, incoming, local, count, spec.dt, spec.op);
+    k.reduce(dst, incoming, local, count, spec.dt, spec.op);
 }
 
 void Run::reset(Work* w) {
   w_ = w;
   c_ = w->comm;
+  k_ = &c_->kernels();
   smallBytes_ = std::min(kSmallMessageBytes, c_->chunkBytes() / 2);
   sends_.clear();
   recvs_.clear();
@@ -294,7 +291,8 @@ Status Run::start() {
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
     const auto& s = w_->schedules[i];
     for (const auto& st : s.local)
-      runLocal(st, addr(i, st.dst), addr(i, st.src), st.feedback ? addr(i, st.err) : nullptr, s);
+      runLocal(*k_, st, addr(i, st.dst), addr(i, st.src), st.feedback ? addr(i, st.err) : nullptr,
+               s);
     for (uint32_t k = 0; k < s.sends.size(); ++k) {
       const auto& sd = s.sends[k];
       uint32_t flat = static_cast<uint32_t>(sends_.size());
@@ -353,12 +351,11 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
       if (sd.encoded) {
         // Encoded when it leaves, so encoding overlaps the other messages'
         // transfers (and error feedback sees the value at that moment).
-        o.payBytes = wireSize(sched, true, sd.bytes);
+        o.payBytes = wireSize(*k_, sched, true, sd.bytes);
         if (o.wire.size() < o.payBytes) o.wire.resize(o.payBytes);
-        cpu::encode(formatOf(sched.wire.format), sched.wire.exp,
-                    reinterpret_cast<const float*>(o.payload),
-                    sd.feedback ? reinterpret_cast<float*>(addr(inst, sd.err)) : nullptr,
-                    sd.bytes / sizeof(float), o.wire.data());
+        k_->encode(sched.wire.format, sched.wire.exp, reinterpret_cast<const float*>(o.payload),
+                   sd.feedback ? reinterpret_cast<float*>(addr(inst, sd.err)) : nullptr,
+                   sd.bytes / sizeof(float), o.wire.data());
         o.payload = o.wire.data();
       }
       o.hdr = MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag};
@@ -405,13 +402,13 @@ Status Run::completeRecv(PeerRun& p, uint32_t flat) {
   const auto& r = sched.recvs[recvs_[flat].idx];
   if (r.quantize) {
     auto* dst = reinterpret_cast<float*>(addr(recvs_[flat].inst, r.dst));
-    cpu::quantize(formatOf(sched.wire.format), sched.wire.exp, dst, r.postScale,
-                  r.feedback ? reinterpret_cast<float*>(addr(recvs_[flat].inst, r.err)) : nullptr,
-                  r.bytes / sizeof(float), dst);
+    k_->quantize(sched.wire.format, sched.wire.exp, dst, r.postScale,
+                 r.feedback ? reinterpret_cast<float*>(addr(recvs_[flat].inst, r.err)) : nullptr,
+                 r.bytes / sizeof(float), dst);
   }
   if (r.finalize) {
     uint8_t* dst = addr(recvs_[flat].inst, r.dst);
-    cpu::divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
+    k_->divide(dst, dst, r.bytes / dataTypeSize(sched.spec.dt), sched.spec.dt, sched.spec.divisor);
   }
   p.recvsLeft--;
   if (!channel0Only(sched, r.encoded, r.bytes)) p.bigRecvsLeft--;
@@ -435,7 +432,7 @@ Status Run::reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
         in.carryGot ? nullptr : static_cast<const uint8_t*>(chan.conn->peek(&avail));
     size_t whole = std::min(avail, r.bytes - in.payGot) / es * es;
     if (src && whole) {
-      combine(sched.spec, dst + in.payGot, src, local + in.payGot, whole / es);
+      combine(*k_, sched.spec, dst + in.payGot, src, local + in.payGot, whole / es);
       chan.conn->consume(whole);
       in.payGot += whole;
       *progress = true;
@@ -450,7 +447,7 @@ Status Run::reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
     *progress = true;
     in.carryGot += *n;
     if (in.carryGot == es) {
-      combine(sched.spec, dst + in.payGot, in.carry, local + in.payGot, 1);
+      combine(*k_, sched.spec, dst + in.payGot, in.carry, local + in.payGot, 1);
       in.payGot += es;
       in.carryGot = 0;
     }
@@ -496,7 +493,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
         return unexpected(p, rx.hdr, "unexpected message");
       const uint32_t rinst = recvs_[it->second].inst;
       const auto& r = w_->schedules[rinst].recvs[recvs_[it->second].idx];
-      const size_t expect = wireSize(w_->schedules[rinst], r.encoded, r.bytes);
+      const size_t expect = wireSize(*k_, w_->schedules[rinst], r.encoded, r.bytes);
       if (expect != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
       // Its `local` is still being produced by another receive: hold the
       // message (the channel waits; that receive comes from another peer).
@@ -511,7 +508,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
     const uint32_t inst = recvs_[in.recv].inst;
     const auto& sched = w_->schedules[inst];
     const auto& r = sched.recvs[recvs_[in.recv].idx];
-    const size_t payBytes = wireSize(sched, r.encoded, r.bytes);
+    const size_t payBytes = wireSize(*k_, sched, r.encoded, r.bytes);
     if (r.action == algo::RecvAction::kReduce && !r.encoded && chan.conn->supportsPeek()) {
       TUTTI_RETURN_IF_ERROR(reduceInPlace(p, chan, in, inst, sched, r, progress));
     } else if (in.payGot < payBytes) {
@@ -525,13 +522,13 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
     if (r.encoded) {
       if (in.payGot < payBytes) return Status::ok();
       // Decoded (and combined, in float32) once the whole message is here.
-      const auto f = formatOf(sched.wire.format);
+      const algo::Wire f = sched.wire.format;
       auto* dst = reinterpret_cast<float*>(addr(inst, r.dst));
       const size_t n = r.bytes / sizeof(float);
       if (r.action == algo::RecvAction::kCopy)
-        cpu::decode(f, sched.wire.exp, chan.staging.data(), n, dst);
+        k_->decode(f, sched.wire.exp, chan.staging.data(), n, dst);
       else
-        cpu::decodeAdd(
+        k_->decodeAdd(
             f, sched.wire.exp, chan.staging.data(), n,
             reinterpret_cast<const float*>(addr(inst, r.local)),
             sched.spec.op == RedOp::kPreMulSum ? static_cast<float>(sched.spec.scalar) : 1.0f, dst);
@@ -540,7 +537,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       const size_t es = dataTypeSize(sched.spec.dt);
       size_t upto = in.payGot / es * es;
       if (upto > in.reduced && (upto - in.reduced >= (64 << 10) || in.payGot == r.bytes)) {
-        combine(sched.spec, addr(inst, r.dst) + in.reduced, chan.staging.data() + in.reduced,
+        combine(*k_, sched.spec, addr(inst, r.dst) + in.reduced, chan.staging.data() + in.reduced,
                 addr(inst, r.local) + in.reduced, (upto - in.reduced) / es);
         in.reduced = upto;
       }

@@ -8,8 +8,6 @@
 #include <thread>
 
 #include "algo/cost_model.h"
-#include "backends/cpu/codec_kernels.h"
-#include "backends/cpu/cpu_backend.h"
 #include "base/log.h"
 #include "base/thread.h"
 #include "base/types.h"
@@ -57,9 +55,9 @@ algo::ReduceSpec makeSpec(Comm& comm, int dt, int op, Queue q) {
       Status st = comm.backend().copyAsync(&raw, u.ptr, dataTypeSize(s.dt), q);
       if (st) st = comm.backend().sync(q);
       if (!st) TUTTI_WARN("reading the PreMulSum scalar: {} (using 0)", st.message());
-      s.scalar = cpu::scalarValue(&raw, u.dt);
+      s.scalar = comm.kernels().scalarValue(&raw, u.dt);
     } else {
-      s.scalar = cpu::scalarValue(u.ptr, u.dt);
+      s.scalar = comm.kernels().scalarValue(u.ptr, u.dt);
     }
   }
   return s;
@@ -322,7 +320,8 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
     for (Op* o : byComm[comms[i]]) {
       if (!o->needsScale) continue;
       scaled[i].push_back(o);
-      maxima[i].push_back(cpu::maxAbs(static_cast<const float*>(o->send), o->count));
+      maxima[i].push_back(
+          comms[i]->kernels().maxAbs(static_cast<const float*>(o->send), o->count));
     }
   }
   std::vector<Work> works;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cpu/kernels.h"
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
@@ -341,7 +340,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
       uint8_t* dst = seg_->payload(rank_, slot);
       const size_t own = ownBlockOffset(op, rank_);
       if (op.spec.op == RedOp::kPreMulSum) {
-        cpu::scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
+        comm_->kernels().scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
       } else if (own != kNoOwnBlock) {  // only what the peers read
         const size_t end = own + op.count * es;
         memcpy(dst, op.send, own);
@@ -446,8 +445,9 @@ void OneShot::complete(OneShotOp& op) {
         std::swap(srcs_[0], srcs_[rank_]);
         srcs_[0] = op.send + off;
       }
-      cpu::reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
-      if (op.spec.divisor > 0) cpu::divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
+      const HostKernels& k = comm_->kernels();
+      k.reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
+      if (op.spec.divisor > 0) k.divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
       return;
     }
     case Collective::kAllGather:

@@ -4,7 +4,9 @@
 #
 #   include/ (nccl.h, tutti/*.h)    the public C API, anyone
 #   src/capi                        anything of tutti; nothing else includes capi/
-#   src/core                        algo, compress, backends/cpu, transports, topology, base
+#   src/core                        algo, compress, transports, topology, base; backends/cpu
+#                                     only in backend.cc and host_kernels.cc (the seam's two
+#                                     implementations: the CPU plugin table, the host kernels)
 #   src/algo, src/compress          algo (compress also backends/cpu), base
 #   transports/, backends/cpu,      their own folder and base only: a transport or
 #   topology/                         backend never sees the communicator
@@ -22,13 +24,15 @@
 set -uf  # -f: the rules hold "*" literally
 
 # folder | allowed include prefixes ("." = the file's own folder by plain
-# name, "@" = the file's own folder qualified, "*" = anything); folders are
-# matched longest first.
+# name, "@" = the file's own folder qualified, "*" = anything); folders (or
+# single files) are matched longest first.
 RULES=(
   "src/base|base/"
   "src/algo|algo/ base/"
   "src/compress|compress/ algo/ backends/cpu/ base/"
-  "src/core|core/ algo/ compress/ backends/cpu/ transports/ topology/ base/ tutti/ nccl.h"
+  "src/core|core/ algo/ compress/ transports/ topology/ base/ tutti/ nccl.h"
+  "src/core/backend.cc|core/ backends/cpu/ base/ tutti/ nccl.h"
+  "src/core/host_kernels.cc|core/ backends/cpu/"
   "src/capi|*"
   "src/pytorch|tutti/ nccl.h"
   "transports|transports/ base/"
@@ -47,7 +51,9 @@ check_tree() {
     rule=
     for r in "${RULES[@]}"; do
       folder=${r%%|*}
-      if [[ $rel == "$folder"/* && ${#folder} -gt ${#rule} ]]; then rule=$folder; fi
+      if [[ ($rel == "$folder"/* || $rel == "$folder") && ${#folder} -gt ${#rule} ]]; then
+        rule=$folder
+      fi
     done
     [[ -z $rule ]] && continue
     for r in "${RULES[@]}"; do [[ ${r%%|*} == "$rule" ]] && allowed=${r#*|}; done
@@ -92,7 +98,8 @@ if [[ ${1:-} == --self-test ]]; then
   check_tree "$tmp" >/dev/null || { echo "self-test: a clean tree was refused"; exit 1; }
   fails=0
   for bad in "transports/tcp/x.cc|core/comm.h" "src/base/y.cc|core/comm.h" \
-    "src/core/z.cc|capi/handle.h" "src/core/w.cc|comm.h" "src/pytorch/v.cc|core/comm.h"; do
+    "src/core/z.cc|capi/handle.h" "src/core/w.cc|comm.h" "src/pytorch/v.cc|core/comm.h" \
+    "src/core/executor.cc|backends/cpu/kernels.h"; do
     file=${bad%%|*} inc=${bad#*|}
     printf '#include "%s"\n' "$inc" >"$tmp/$file"
     if out=$(check_tree "$tmp"); then
