@@ -11,8 +11,8 @@
 // /proc/<pid>/task/*/comm; site: at most 9 characters). Every thread tutti
 // starts goes through it: site "root" (a unique id's root), "service" (a
 // rank's bootstrap service), "connect" (the executor's connect threads),
-// "engine" (a communicator's engine, core/engine.h), "ipc" (device IPC beside
-// other work in a group, core/group.cc); src/capi's init threads too ("init").
+// "engine" (a communicator's engine, core/engine.h); src/capi's init threads
+// too ("init").
 //
 // Tests: setThreadFaultForTesting("<site>") makes the body of every later
 // thread of that site throw a std::runtime_error before it runs;

@@ -331,12 +331,21 @@ Status DeviceIpc::setUp() {
   if (!control.value())
     return giveUp(internalError("no shared-memory arena for its barriers"), true);
   control_ = std::move(control.value());
+  // The event each step's device work is followed by (polled, so nothing
+  // blocks); without one a step drains its stream blocking.
+  auto ev = be_->eventCreate(device_);
+  if (ev)
+    event_ = ev.value();
+  else
+    TUTTI_INFO(log::kShm, "device IPC: no event ({}): each step drains its stream blocking",
+               ev.status().message());
   srcs_.resize(n);
   return Status();
 }
 
 DeviceIpc::~DeviceIpc() {
   control_.reset();
+  if (event_) (void)be_->eventDestroy(event_);
   const int rank = comm_->rank();
   for (size_t q = 0; q < bufs_.size(); ++q)
     if (static_cast<int>(q) != rank && bufs_[q]) (void)be_->ipcClose(bufs_[q]);
@@ -348,23 +357,24 @@ bool DeviceIpc::takes(Collective coll, size_t count, size_t elemSize, bool raw) 
   return count * elemSize >= minBytes_;
 }
 
-Status DeviceIpc::barrier(const Status& local) {
+void DeviceIpc::postBarrier(IpcRun& run) {
   const int n = comm_->nranks();
-  std::vector<int64_t> all(n, 0);
-  int64_t mine = local.isOk() ? 0 : 1 + static_cast<int64_t>(local.code());
-  OneShotOp op;
-  op.coll = Collective::kAllGather;
-  op.send = reinterpret_cast<const uint8_t*>(&mine);
-  op.recv = reinterpret_cast<uint8_t*>(all.data());
-  op.count = sizeof(int64_t);
-  op.elemSize = 1;
-  op.spec.dt = DataType::kUint8;
-  Status st = control_->run(op);
-  if (!st) return st;
-  if (!local) return local;
-  for (int q = 0; q < n; ++q)
-    if (all[q])
-      return Status(static_cast<Code>(all[q] - 1),
+  run.all.assign(n, 0);
+  run.mine = run.local.isOk() ? 0 : 1 + static_cast<int64_t>(run.local.code());
+  run.meet = OneShotOp();
+  run.meet.coll = Collective::kAllGather;
+  run.meet.send = reinterpret_cast<const uint8_t*>(&run.mine);
+  run.meet.recv = reinterpret_cast<uint8_t*>(run.all.data());
+  run.meet.count = sizeof(int64_t);
+  run.meet.elemSize = 1;
+  run.meet.spec.dt = DataType::kUint8;
+}
+
+Status DeviceIpc::barrierResult(const IpcRun& run) const {
+  if (!run.local) return run.local;
+  for (size_t q = 0; q < run.all.size(); ++q)
+    if (run.all[q])
+      return Status(static_cast<Code>(run.all[q] - 1),
                     "rank " + std::to_string(q) + " failed a device step of this collective");
   return Status();
 }
@@ -402,15 +412,12 @@ Status DeviceIpc::reduceFrom(const IpcOp& op, void* dst, uint64_t round, size_t 
   return be_->reduce(a, op.stream);
 }
 
-Status DeviceIpc::run(const IpcOp& op) {
-  ++ops_;
-  return runRounds(op);
-}
-
-// Each round: local work into `local` (kernels async on the stream, then the
-// stream drained), then a barrier that carries it to everyone. A failed
-// barrier ends the operation on every rank at the same point.
-Status DeviceIpc::runRounds(const IpcOp& op) {
+// The steps of `op`'s rounds. Each round writes buffer r % 2 of every rank;
+// a step with a barrier is where the ranks meet, carrying each one's status,
+// so a failed step ends the operation on every rank at the same point.
+Status DeviceIpc::start(const IpcOp& op, IpcRun* run) {
+  *run = IpcRun();
+  run->op = op;
   const int n = comm_->nranks(), rank = comm_->rank();
   const size_t E = op.elemSize, count = op.count;
   const auto* send = static_cast<const uint8_t*>(op.send);
@@ -420,29 +427,35 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
   const bool regions = op.coll == Collective::kReduceScatter || op.coll == Collective::kScatter ||
                        op.coll == Collective::kAllToAll;
   const size_t perRound = std::max<size_t>(1, chunk_ / E / (regions ? n : 1));
-  // Always drains, so no queued work outlives a failed step.
-  auto drained = [&](Status s) {
-    Status d = be_->sync(q);
-    return s ? d : s;
+  switch (op.coll) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+    case Collective::kReduce:
+    case Collective::kBroadcast:
+    case Collective::kAllGather:
+    case Collective::kGather:
+    case Collective::kScatter:
+    case Collective::kAllToAll:
+      break;
+    default:
+      return Status(Code::kInternalError,
+                    std::string("device IPC cannot run ") + algo::collectiveName(op.coll));
+  }
+  ++ops_;
+  auto add = [run](std::function<Status()> work, bool barrier) {
+    run->steps.push_back({std::move(work), barrier});
   };
-  Status local;
-#define TUTTI_IPC_STEP(expr)                                      \
-  do {                                                            \
-    Status st_ = barrier(drained(local.isOk() ? (expr) : local)); \
-    local = Status();                                             \
-    if (!st_) return st_;                                         \
-  } while (0)
   for (size_t off = 0; off < count; off += perRound) {
     const size_t c = std::min(perRound, count - off);
     const uint64_t r = round_++;
     uint8_t* own = buf(rank, r);
     // Block p's part of this round into region p (reduce-scatter, scatter,
     // all-to-all).
-    auto copyInRegions = [&]() {
-      Status s;
-      for (int p = 0; p < n && s; ++p)
-        s = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
-      return s;
+    auto copyInRegions = [this, op, own, send, c, off, count, E, n] {
+      Status st;
+      for (int p = 0; p < n && st; ++p)
+        st = copyIn(op, own + p * c * E, send + (p * count + off) * E, c);
+      return st;
     };
     switch (op.coll) {
       case Collective::kAllReduce: {
@@ -450,75 +463,167 @@ Status DeviceIpc::runRounds(const IpcOp& op) {
         // slice and (same step) copy in round k+1's input, meet. Round k+1
         // writes the other buffer, whose last readers (round k-1's gathers)
         // finished before the meeting after round k's reduction.
-        if (off == 0) TUTTI_IPC_STEP(copyIn(op, own, send, c));
+        if (off == 0) add([this, op, own, send, c] { return copyIn(op, own, send, c); }, true);
         if (count * E <= kOneShotBytes) {
           // Small: every rank reduces the whole message (the same sources in
           // the same order, so the same bits everywhere); no gather.
-          local = drained(reduceFrom(op, recv, r, 0, c));
+          add([this, op, recv, r, c] { return reduceFrom(op, recv, r, 0, c); }, false);
           break;
         }
         size_t s0, len;
         sliceOf(c, n, rank, &s0, &len);
-        TUTTI_IPC_STEP(len ? reduceFrom(op, own + s0 * E, r, s0 * E, len) : Status());
-        for (int p = 0; p < n && local; ++p) {
-          sliceOf(c, n, p, &s0, &len);
-          if (len) local = be_->copyAsync(recv + (off + s0) * E, buf(p, r) + s0 * E, len * E, q);
-        }
+        add([this, op, own, r, s0, len, E] {
+          return len ? reduceFrom(op, own + s0 * E, r, s0 * E, len) : Status();
+        }, true);
         const size_t next = off + c;
-        if (next < count) {
-          if (local)
-            local = copyIn(op, buf(rank, r + 1), send + next * E, std::min(perRound, count - next));
-          TUTTI_IPC_STEP(Status());
-        } else {
-          local = drained(local);
-        }
+        add([this, op, recv, r, c, off, next, count, perRound, send, E, n, rank, q] {
+          Status st;
+          for (int p = 0; p < n && st; ++p) {
+            size_t p0, plen;
+            sliceOf(c, n, p, &p0, &plen);
+            if (plen) st = be_->copyAsync(recv + (off + p0) * E, buf(p, r) + p0 * E, plen * E, q);
+          }
+          if (st && next < count)
+            st = copyIn(op, buf(rank, r + 1), send + next * E, std::min(perRound, count - next));
+          return st;
+        }, next < count);
         break;
       }
-      case Collective::kReduceScatter: {
-        TUTTI_IPC_STEP(copyInRegions());
-        local = drained(reduceFrom(op, recv + off * E, r, rank * c * E, c));
+      case Collective::kReduceScatter:
+        add(copyInRegions, true);
+        add([this, op, recv, r, off, rank, c, E] {
+          return reduceFrom(op, recv + off * E, r, rank * c * E, c);
+        }, false);
         break;
-      }
       case Collective::kReduce:
-        TUTTI_IPC_STEP(copyIn(op, own, send + off * E, c));
-        if (rank == op.root) local = drained(reduceFrom(op, recv + off * E, r, 0, c));
+        add([this, op, own, send, off, c, E] { return copyIn(op, own, send + off * E, c); }, true);
+        if (rank == op.root)
+          add([this, op, recv, r, off, c, E] { return reduceFrom(op, recv + off * E, r, 0, c); },
+              false);
         break;
       case Collective::kBroadcast:
-        TUTTI_IPC_STEP(rank == op.root ? copyIn(op, own, send + off * E, c) : Status());
+        add([this, op, own, send, off, c, E, rank] {
+          return rank == op.root ? copyIn(op, own, send + off * E, c) : Status();
+        }, true);
         if (rank != op.root)
-          local = drained(be_->copyAsync(recv + off * E, buf(op.root, r), c * E, q));
+          add([this, recv, r, off, c, E, q, root = op.root] {
+            return be_->copyAsync(recv + off * E, buf(root, r), c * E, q);
+          }, false);
         else if (send != recv)
-          local = drained(be_->copyAsync(recv + off * E, send + off * E, c * E, q));
+          add([this, recv, send, off, c, E, q] {
+            return be_->copyAsync(recv + off * E, send + off * E, c * E, q);
+          }, false);
         break;
       case Collective::kAllGather:
-      case Collective::kGather: {
-        TUTTI_IPC_STEP(copyIn(op, own, send + off * E, c));
+      case Collective::kGather:
+        add([this, op, own, send, off, c, E] { return copyIn(op, own, send + off * E, c); }, true);
         if (op.coll == Collective::kGather && rank != op.root) break;
-        for (int p = 0; p < n && local; ++p)
-          local = be_->copyAsync(recv + (p * count + off) * E, buf(p, r), c * E, q);
-        local = drained(local);
+        add([this, recv, r, off, c, E, q, n, count] {
+          Status st;
+          for (int p = 0; p < n && st; ++p)
+            st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r), c * E, q);
+          return st;
+        }, false);
         break;
-      }
-      case Collective::kScatter: {
-        TUTTI_IPC_STEP(rank == op.root ? copyInRegions() : Status());
-        local = drained(be_->copyAsync(recv + off * E, buf(op.root, r) + rank * c * E, c * E, q));
+      case Collective::kScatter:
+        add([copyInRegions, rank, root = op.root] {
+          return rank == root ? copyInRegions() : Status();
+        }, true);
+        add([this, recv, r, off, c, E, q, rank, root = op.root] {
+          return be_->copyAsync(recv + off * E, buf(root, r) + rank * c * E, c * E, q);
+        }, false);
         break;
-      }
-      case Collective::kAllToAll: {
-        TUTTI_IPC_STEP(copyInRegions());
-        for (int p = 0; p < n && local; ++p)
-          local = be_->copyAsync(recv + (p * count + off) * E, buf(p, r) + rank * c * E, c * E, q);
-        local = drained(local);
+      case Collective::kAllToAll:
+        add(copyInRegions, true);
+        add([this, recv, r, off, c, E, q, n, rank, count] {
+          Status st;
+          for (int p = 0; p < n && st; ++p)
+            st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r) + rank * c * E, c * E, q);
+          return st;
+        }, false);
         break;
-      }
       default:
-        return Status(Code::kInternalError,
-                      std::string("device IPC cannot run ") + algo::collectiveName(op.coll));
+        break;
     }
   }
-#undef TUTTI_IPC_STEP
   // Nobody leaves while a peer may still read its buffers.
-  return barrier(local);
+  add(nullptr, true);
+  return Status();
+}
+
+Status DeviceIpc::progress(IpcRun& run, bool* moved) {
+  const Queue q = run.op.stream;
+  for (;;) {
+    switch (run.phase) {
+      case IpcRun::Phase::kStep: {
+        if (run.next == run.steps.size()) {
+          run.done = true;
+          return run.local;
+        }
+        const IpcRun::Step& st = run.steps[run.next];
+        *moved = true;
+        if (st.work) {
+          // The work only while this rank is still well (a failed step's
+          // error travels to the next barrier); the wait always, so no
+          // queued work outlives a failed step.
+          if (run.local) run.local = st.work();
+          Status rec = event_ ? be_->eventRecord(event_, q) : Status(Code::kInvalidUsage, "");
+          if (rec) {
+            run.phase = IpcRun::Phase::kDevice;
+            break;
+          }
+          Status d = be_->sync(q);
+          if (run.local && event_) run.local = rec;
+          if (run.local) run.local = d;
+        }
+        if (st.barrier) {
+          postBarrier(run);
+          run.phase = IpcRun::Phase::kBarrier;
+        } else {
+          ++run.next;
+        }
+        break;
+      }
+      case IpcRun::Phase::kDevice: {
+        auto done = be_->eventDone(event_);
+        if (done && !done.value()) return Status();
+        if (!done) {
+          Status d = be_->sync(q);
+          if (run.local) run.local = done.status();
+          if (run.local) run.local = d;
+        }
+        *moved = true;
+        if (run.steps[run.next].barrier) {
+          postBarrier(run);
+          run.phase = IpcRun::Phase::kBarrier;
+        } else {
+          run.phase = IpcRun::Phase::kStep;
+          ++run.next;
+        }
+        break;
+      }
+      case IpcRun::Phase::kBarrier: {
+        TUTTI_RETURN_IF_ERROR(control_->progress(run.meet, moved));
+        if (!run.meet.done) return Status();
+        TUTTI_RETURN_IF_ERROR(barrierResult(run));
+        run.local = Status();
+        run.phase = IpcRun::Phase::kStep;
+        ++run.next;
+        break;
+      }
+    }
+  }
+}
+
+void DeviceIpc::quiesce(IpcRun& run) {
+  if (run.phase != IpcRun::Phase::kDevice) return;
+  (void)be_->sync(run.op.stream);
+  run.phase = IpcRun::Phase::kStep;
+}
+
+Status DeviceIpc::check(const IpcRun& run, Clock::duration idle) const {
+  if (run.phase != IpcRun::Phase::kBarrier) return Status();
+  return control_->check(run.meet, idle);
 }
 
 }  // namespace tutti::core

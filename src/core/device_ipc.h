@@ -20,8 +20,10 @@
 //   memory as before.
 // - takes(): raw collectives (not send/recv, not compressed or counted ones)
 //   of at least the agreed minimum. The same answer on every rank.
-// - run(): a collective in rounds of at most one chunk per rank. In a round a
-//   rank copies its contribution into its own buffer (on the caller's stream,
+// - start() and progress(): a collective in rounds of at most one chunk per
+//   rank, as a step kind of the executor (core/executor.h: Work::ipc), which
+//   progresses it beside the communicator's other operations and those of
+//   the other communicators of a group, on one thread. In a round a rank copies its contribution into its own buffer (on the caller's stream,
 //   pre-multiplied for PreMulSum), all ranks meet at a barrier, then each
 //   reads what it needs from the peers' buffers with the backend's copy and
 //   reduce kernels (an all-reduce reduces its slice of the round in place and
@@ -31,12 +33,17 @@
 //   every rank's status: a rank whose kernel failed makes all fail the same
 //   operation. Round k writes buffer k % 2, which nobody reads after the
 //   barrier of round k + 1; one more barrier ends the operation, so no rank
-//   frees or reuses a buffer a peer still reads. Blocking: returns when the
-//   caller's stream has drained.
+//   frees or reuses a buffer a peer still reads. Nothing blocks: each step's
+//   device work is followed by an event on the op's stream that progress()
+//   polls (a blocking drain only where the plugin cannot record one), and
+//   each barrier is an arena operation progressed like the one-shot path's.
+//   The operation is done when the caller's stream has drained it.
 // - Used under the communicator's mutex, by one thread at a time.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -66,6 +73,28 @@ struct IpcOp {
   Queue stream = nullptr;
 };
 
+// One device-IPC collective in progress (DeviceIpc::start, progress): the
+// steps of its rounds. A step runs device work on the op's stream (none for
+// some), waits until the stream has done it, and, when `barrier`, meets every
+// rank with this rank's status (an error of a step without a barrier is
+// carried to the next one).
+struct IpcRun {
+  struct Step {
+    std::function<Status()> work;  // null: no device work (and no wait)
+    bool barrier = false;
+  };
+  enum class Phase : uint8_t { kStep, kDevice, kBarrier };
+  IpcOp op;
+  std::vector<Step> steps;
+  size_t next = 0;  // the step in progress
+  Phase phase = Phase::kStep;
+  Status local;  // this rank's status, carried by the next barrier
+  int64_t mine = 0;
+  std::vector<int64_t> all;  // the barrier's answer: every rank's status
+  OneShotOp meet;
+  bool done = false;
+};
+
 class DeviceIpc {
  public:
   // Collective over comm's bootstrap (see the contract); nullptr when IPC is
@@ -76,7 +105,18 @@ class DeviceIpc {
   DeviceIpc& operator=(const DeviceIpc&) = delete;
 
   bool takes(algo::Collective coll, size_t count, size_t elemSize, bool raw) const;
-  Status run(const IpcOp& op);
+  // Prepares `run` for `op` (its steps; the round numbers it uses are taken
+  // now, so operations start in call order, the same on every rank).
+  Status start(const IpcOp& op, IpcRun* run);
+  // Advances `run` as far as it can without waiting; sets *moved when
+  // anything happened. An error is the same on every rank where a barrier
+  // carried it.
+  Status progress(IpcRun& run, bool* moved);
+  // Ok while waiting is still reasonable (a barrier's peers: OneShot::check).
+  Status check(const IpcRun& run, std::chrono::steady_clock::duration idle) const;
+  // The operation stops here (an error, an abort): waits until device work
+  // it queued has run, so none outlives the call that owns its buffers.
+  void quiesce(IpcRun& run);
 
   size_t chunkBytes() const { return chunk_; }
   uint64_t operations() const { return ops_; }
@@ -91,8 +131,10 @@ class DeviceIpc {
   DeviceIpc(Comm* comm, Backend* backend, int device, size_t chunk, size_t minBytes)
       : comm_(comm), be_(backend), device_(device), chunk_(chunk), minBytes_(minBytes) {}
   Status setUp();
-  // Everyone's local status; an error if any rank's is (or the wait fails).
-  Status barrier(const Status& local);
+  // Posts the barrier that carries run.local to every rank.
+  void postBarrier(IpcRun& run);
+  // The barrier's answer: run.local, else the first rank's error.
+  Status barrierResult(const IpcRun& run) const;
   // This rank's (peer == rank) or a peer's buffer of round `round`.
   uint8_t* buf(int peer, uint64_t round) const {
     return static_cast<uint8_t*>(bufs_[peer]) + (round & 1) * chunk_;
@@ -102,7 +144,6 @@ class DeviceIpc {
   Status copyIn(const IpcOp& op, uint8_t* dst, const uint8_t* src, size_t elems);
   // dst = the op's reduction of srcs[q] + off over every rank q of round's buffers.
   Status reduceFrom(const IpcOp& op, void* dst, uint64_t round, size_t off, size_t elems);
-  Status runRounds(const IpcOp& op);
 
   Comm* comm_;
   Backend* be_;
@@ -111,6 +152,7 @@ class DeviceIpc {
   void* mine_ = nullptr;     // 2 * chunk_ bytes of device memory
   std::vector<void*> bufs_;  // per rank: mine_ or the imported mapping
   std::unique_ptr<OneShot> control_;
+  Event event_ = nullptr;  // recorded after each step's device work (null: drain blocking)
   uint64_t round_ = 0;  // rounds run, the same on every rank
   uint64_t ops_ = 0;
   std::vector<const void*> srcs_;

@@ -138,13 +138,23 @@ class Run {
   Status start();
   // One pass over every connection; sets *progress when anything moved.
   Status pass(bool* progress);
-  bool done() const { return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size(); }
+  bool done() const {
+    return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size() &&
+           ipcNext_ == w_->ipc.size();
+  }
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
   // What this run waits for can ring this rank's doorbell: the communicator
   // has a node arena (shared-memory rings and one-shot steps both ring it).
-  bool sleepsOnBell() const { return c_->oneShot() != nullptr; }
+  // (Not while a device-IPC collective runs: its barriers ring another
+  // arena's bells, and its device work none.)
+  bool sleepsOnBell() const { return c_->oneShot() != nullptr && ipcNext_ == w_->ipc.size(); }
   Status checkStalled(Clock::time_point lastProgress);
+  // The run stops unfinished (an error anywhere in its group): device work a
+  // device-IPC collective queued has run when this returns.
+  void quiesce() {
+    if (ipcStarted_) c_->deviceIpc()->quiesce(ipcRun_);
+  }
   // Adds the sockets this run waits on; *unpollable when some pending
   // channel has no fd (shared memory) and must be polled by trying; *ready
   // when some channel holds bytes read ahead (poll without waiting).
@@ -189,6 +199,9 @@ class Run {
   std::vector<int> slot_;  // rank -> index in peers_
   size_t sendsLeft_ = 0, recvsLeft_ = 0;
   size_t smallNext_ = 0;  // the one-shot operation in progress
+  size_t ipcNext_ = 0;    // the device-IPC collective in progress
+  bool ipcStarted_ = false;
+  IpcRun ipcRun_;         // its state (its containers kept between operations)
   int failedPeer_ = -1;
 };
 
@@ -245,6 +258,8 @@ void Run::reset(Work* w) {
   recvIndex_.clear();
   sendsLeft_ = recvsLeft_ = 0;
   smallNext_ = 0;
+  ipcNext_ = 0;
+  ipcStarted_ = false;
   failedPeer_ = -1;
   // The peers, in order of first appearance.
   slot_.assign(c_->nranks(), -1);
@@ -564,6 +579,18 @@ Status Run::pass(bool* progress) {
     if (!op.done) break;
     ++smallNext_;
   }
+  while (ipcNext_ < w_->ipc.size()) {
+    DeviceIpc& ipc = *c_->deviceIpc();
+    if (!ipcStarted_) {
+      TUTTI_RETURN_IF_ERROR(ipc.start(w_->ipc[ipcNext_], &ipcRun_));
+      ipcStarted_ = true;
+      *progress = true;
+    }
+    TUTTI_RETURN_IF_ERROR(ipc.progress(ipcRun_, progress));
+    if (!ipcRun_.done) break;
+    ++ipcNext_;
+    ipcStarted_ = false;
+  }
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
@@ -578,6 +605,8 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
   // (An abort is seen by pass(), which runs before every stall check.)
   if (smallNext_ < w_->small.size())
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->check(w_->small[smallNext_], Clock::now() - lastProgress));
+  if (ipcStarted_)
+    TUTTI_RETURN_IF_ERROR(c_->deviceIpc()->check(ipcRun_, Clock::now() - lastProgress));
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     if (p.nClosed && p.recvsLeft) {
@@ -618,6 +647,9 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
   double idle = std::chrono::duration<double>(Clock::now() - lastProgress).count();
   if (idle < c_->timeoutSec()) return Status::ok();
   std::string waiting;
+  if (ipcNext_ < w_->ipc.size())
+    waiting = fmt::format("a device-IPC {} (its device work or its peers)",
+                          algo::collectiveName(w_->ipc[ipcNext_].coll));
   for (auto& p : peers_)
     if (p.recvsLeft || p.sendsLeft)
       waiting += fmt::format("{}{} ({} receives, {} sends pending)", waiting.empty() ? "" : "; ",
@@ -628,7 +660,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
 
 void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
                       bool* unpollable, bool* ready) {
-  if (smallNext_ < w_->small.size()) *unpollable = true;
+  if (smallNext_ < w_->small.size() || ipcNext_ < w_->ipc.size()) *unpollable = true;
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {
@@ -746,6 +778,7 @@ Status execute(std::vector<Work*>& work) {
   // One failure ends the whole group: the other communicators' operations
   // stop half-way, so they are broken too (and say why).
   auto failGroup = [&](size_t i, Status st) {
+    for (Run* r : runs) r->quiesce();
     st = fail(runs[i], work[i], st);
     for (size_t k = 0; k < runs.size(); ++k)
       if (k != i && !runs[k]->done() && work[k]->comm != work[i]->comm)

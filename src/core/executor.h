@@ -1,6 +1,9 @@
-// The executor: runs schedules over the transports and the CPU backend.
+// The executor: runs schedules over the transports with the backend's host
+// kernels, one-shot operations through the node arena and device-IPC
+// collectives device to device.
 //
-// Contract: execute() drives every schedule (and one-shot operation) of every communicator in `work`
+// Contract: execute() drives every schedule, one-shot operation and device-IPC
+// collective of every communicator in `work`
 // to completion on the calling thread (a group over several communicators of
 // one process progresses them together, so ranks driven by one thread cannot
 // deadlock each other). It returns when all are done, or with the first
@@ -15,6 +18,7 @@
 
 #include "algo/schedule.h"
 #include "core/comm.h"
+#include "core/device_ipc.h"
 
 namespace tutti::core {
 
@@ -31,6 +35,9 @@ struct Work {
   // Small collectives on the one-shot path (comm->oneShot()), in call order;
   // progressed alongside the schedules.
   std::vector<OneShotOp> small;
+  // Collectives device to device (comm->deviceIpc()), in call order;
+  // progressed alongside the rest.
+  std::vector<IpcOp> ipc;
 };
 
 Status execute(std::vector<Work*>& work);

@@ -5,11 +5,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "algo/cost_model.h"
 #include "base/log.h"
-#include "base/thread.h"
 #include "base/types.h"
 #include "compress/wire.h"
 #include "core/comm.h"
@@ -379,14 +377,16 @@ IpcOp ipcOpOf(const Op& o) {
   return x;
 }
 
-Status runIpcOps(Comm& c, const std::vector<Op*>& ops) {
-  log::setThreadRank(c.rank());
+// A communicator's device-IPC collectives as executor work (Work::ipc).
+Work ipcWorkOf(Comm& c, const std::vector<Op*>& ops) {
+  Work w;
+  w.comm = &c;
   for (const Op* o : ops) {
     TUTTI_INFO(log::kTuning, "{} count {} {} on {} ranks: algorithm device-ipc",
                algo::collectiveName(o->coll), o->count, typeName(o->dt), c.nranks());
-    TUTTI_RETURN_IF_ERROR(c.deviceIpc()->run(ipcOpOf(*o)));
+    w.ipc.push_back(ipcOpOf(*o));
   }
-  return Status::ok();
+  return w;
 }
 
 // Small collectives of a group, fused (NCCL's aggregation): those of one
@@ -748,8 +748,11 @@ Result<Plan*> preparePlan(Comm& comm, const Op* const* ops, size_t n,
 }
 
 // The group's operations that run on host memory through the executor (with
-// device buffers staged through pinned host memory), for `comms` (locked).
-RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<Op*>>& byComm) {
+// device buffers staged through pinned host memory), for `comms` (locked),
+// executed together with `ipc` (the device-IPC work of the group's
+// communicators, also locked).
+RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<Op*>>& byComm,
+                    std::vector<Work>& ipc) {
   // Device buffers: staged through pinned host memory, in stream order.
   std::vector<DeviceStaging> stagings;
   auto unstage = [&](Status st) {
@@ -775,6 +778,7 @@ RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector
   std::vector<Plan*> plans(comms.size());
   std::vector<std::unique_ptr<Plan>> uncached(comms.size());
   std::vector<Work*> ptrs;
+  for (Work& w : ipc) ptrs.push_back(&w);
   for (size_t i = 0; i < comms.size(); ++i) {
     log::setThreadRank(comms[i]->rank());
     const std::vector<Op*>& mine = byComm[comms[i]];
@@ -879,11 +883,10 @@ RunResult runGroup(std::vector<Op>& all) {
   std::vector<std::unique_lock<std::mutex>> locks;
   for (Comm* c : lockOrder) locks.emplace_back(c->mutex());
   // Device IPC: a communicator's raw collectives of the agreed size run
-  // device to device, in call order; everything else as below. One
-  // communicator with nothing else to run: on this thread. Otherwise each
-  // communicator's on a thread of its own while this thread drives the rest,
-  // as the ranks of one group progress together.
-  std::vector<std::pair<Comm*, std::vector<Op*>>> ipcWork;
+  // device to device, in call order, as executor work beside everything
+  // else (one thread progresses them all, as the ranks of one group must
+  // progress together).
+  std::vector<Work> ipcWork;
   for (Comm* c : comms) {
     if (!c->deviceIpc()) continue;
     std::vector<Op*> viaIpc, rest;
@@ -893,35 +896,16 @@ RunResult runGroup(std::vector<Op>& all) {
     }
     if (viaIpc.empty()) continue;
     byComm[c] = std::move(rest);
-    ipcWork.emplace_back(c, std::move(viaIpc));
+    ipcWork.push_back(ipcWorkOf(*c, viaIpc));
   }
   std::vector<Comm*> staged;
   for (Comm* c : comms)
     if (!byComm[c].empty()) staged.push_back(c);
-  std::vector<Status> ipcStatus(ipcWork.size());
-  std::vector<std::thread> ipcThreads;
-  if (ipcWork.size() == 1 && staged.empty()) {
-    ipcStatus[0] = runIpcOps(*ipcWork[0].first, ipcWork[0].second);
-  } else {
-    for (size_t i = 0; i < ipcWork.size(); ++i) {
-      auto t = base::startThread(
-          "ipc", "device IPC thread",
-          [&, i] { return runIpcOps(*ipcWork[i].first, ipcWork[i].second); },
-          [&, i](Status st) { ipcStatus[i] = std::move(st); });
-      if (t) {
-        ipcThreads.push_back(std::move(t.value()));
-      } else {
-        // The peers of this communicator wait until their timeout.
-        ipcStatus[i] = t.status();
-        ipcWork[i].first->setError(ipcStatus[i]);
-      }
-    }
-  }
-  RunResult r = staged.empty() ? RunResult{} : runStaged(staged, byComm);
-  for (auto& t : ipcThreads) t.join();
-  if (!r.status) return r;
-  for (size_t i = 0; i < ipcWork.size(); ++i)
-    if (!ipcStatus[i]) return {ipcStatus[i], ipcWork[i].first};
+  if (!staged.empty()) return runStaged(staged, byComm, ipcWork);
+  std::vector<Work*> ptrs;
+  for (Work& w : ipcWork) ptrs.push_back(&w);
+  Status st = ptrs.empty() ? Status::ok() : execute(ptrs);
+  if (!st) return ofGroup(st, comms);
   return {};
 }
 

@@ -204,8 +204,9 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectives, ::testing::Values(1, 2, 3, 5));
 
 // One thread drives every rank (ncclCommInitAll, one group over all the
-// communicators): the ranks must progress together, so each communicator's
-// device-to-device collectives run on a thread of their own.
+// communicators): the ranks must progress together, so every communicator's
+// device-to-device collectives and its staged operations (here a ring of
+// sends and receives) progress in one executor loop on that thread.
 TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
   const int n = 3;
   const size_t count = 50001;
@@ -219,10 +220,12 @@ TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
   ASSERT_EQ(ncclCommInitAll(comms.data(), n, devlist.data()), ncclSuccess)
       << ncclGetLastError(nullptr);
   {
-    std::vector<std::unique_ptr<DevInts>> send, recv;
+    std::vector<std::unique_ptr<DevInts>> send, recv, ring;
+    const size_t ringCount = 1001;
     for (int r = 0; r < n; ++r) {
       send.push_back(std::make_unique<DevInts>(count));
       recv.push_back(std::make_unique<DevInts>(count * n));
+      ring.push_back(std::make_unique<DevInts>(ringCount));
       send[r]->put(rankData(r, count));
     }
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -232,6 +235,10 @@ TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
       ASSERT_EQ(
           ncclAllGather(send[r]->p, recv[r]->at(count), count / n, ncclInt32, comms[r], nullptr),
           ncclSuccess);
+      ASSERT_EQ(ncclSend(send[r]->p, ringCount, ncclInt32, (r + 1) % n, comms[r], nullptr),
+                ncclSuccess);
+      ASSERT_EQ(ncclRecv(ring[r]->p, ringCount, ncclInt32, (r + n - 1) % n, comms[r], nullptr),
+                ncclSuccess);
     }
     ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
     for (int r = 0; r < n; ++r) {
@@ -244,6 +251,8 @@ TEST(DeviceBuffers, OneThreadDrivesEveryRank) {
       for (int k = 0; k < n; ++k)
         EXPECT_EQ(recv[r]->get(count / n, count + k * (count / n)), rankData(k, count / n))
             << "rank " << r << " all-gather block " << k;
+      EXPECT_EQ(ring[r]->get(ringCount), rankData((r + n - 1) % n, ringCount))
+          << "rank " << r << " received from its left neighbour";
       EXPECT_EQ(comms[r]->impl()->deviceIpc() != nullptr, ipcExpected(n));
     }
   }
