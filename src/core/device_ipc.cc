@@ -551,7 +551,7 @@ Status DeviceIpc::start(const IpcOp& op, IpcRun* run) {
   return Status();
 }
 
-Status DeviceIpc::progress(IpcRun& run, bool* moved) {
+Status DeviceIpc::progress(IpcRun& run, bool* moved, bool block) {
   const Queue q = run.op.stream;
   for (;;) {
     switch (run.phase) {
@@ -567,13 +567,14 @@ Status DeviceIpc::progress(IpcRun& run, bool* moved) {
           // error travels to the next barrier); the wait always, so no
           // queued work outlives a failed step.
           if (run.local) run.local = st.work();
-          Status rec = event_ ? be_->eventRecord(event_, q) : Status(Code::kInvalidUsage, "");
+          Status rec = event_ && !block ? be_->eventRecord(event_, q)
+                                        : Status(Code::kInvalidUsage, "");
           if (rec) {
             run.phase = IpcRun::Phase::kDevice;
             break;
           }
           Status d = be_->sync(q);
-          if (run.local && event_) run.local = rec;
+          if (run.local && event_ && !block) run.local = rec;
           if (run.local) run.local = d;
         }
         if (st.barrier) {
@@ -603,7 +604,10 @@ Status DeviceIpc::progress(IpcRun& run, bool* moved) {
         break;
       }
       case IpcRun::Phase::kBarrier: {
-        TUTTI_RETURN_IF_ERROR(control_->progress(run.meet, moved));
+        if (block)
+          TUTTI_RETURN_IF_ERROR(control_->run(run.meet));  // sleeps on the arena's doorbell
+        else
+          TUTTI_RETURN_IF_ERROR(control_->progress(run.meet, moved));
         if (!run.meet.done) return Status();
         TUTTI_RETURN_IF_ERROR(barrierResult(run));
         run.local = Status();

@@ -137,7 +137,9 @@ class Run {
   const std::vector<int>& peerList() const { return peerList_; }
   Status start();
   // One pass over every connection; sets *progress when anything moved.
-  Status pass(bool* progress);
+  // `alone`: this is the only run of its execute(), so a device-IPC
+  // collective with nothing else left to do may wait blocking.
+  Status pass(bool* progress, bool alone = false);
   bool done() const {
     return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size() &&
            ipcNext_ == w_->ipc.size();
@@ -567,7 +569,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
   }
 }
 
-Status Run::pass(bool* progress) {
+Status Run::pass(bool* progress, bool alone) {
   // Every pass, not only when idle: an operation that keeps moving data would
   // otherwise run to its end after ncclCommAbort (one relaxed load). The
   // send and receive loops look again before each message: over TCP one pass
@@ -586,7 +588,8 @@ Status Run::pass(bool* progress) {
       ipcStarted_ = true;
       *progress = true;
     }
-    TUTTI_RETURN_IF_ERROR(ipc.progress(ipcRun_, progress));
+    const bool block = alone && sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size();
+    TUTTI_RETURN_IF_ERROR(ipc.progress(ipcRun_, progress, block));
     if (!ipcRun_.done) break;
     ++ipcNext_;
     ipcStarted_ = false;
@@ -848,7 +851,7 @@ Status execute(std::vector<Work*>& work) {
     bool allDone = true;
     for (size_t i = 0; i < runs.size(); ++i) {
       if (runs[i]->done()) continue;
-      Status st = runs[i]->pass(&progress);
+      Status st = runs[i]->pass(&progress, runs.size() == 1);
       if (!st) return failGroup(i, st);
       if (!runs[i]->done()) allDone = false;
     }
