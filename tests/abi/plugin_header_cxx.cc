@@ -14,21 +14,16 @@ static_assert(offsetof(tuttiBackendPlugin_v1, structSize) == 4, "structSize seco
 // one pointer each, after orthogonalize (the last field of the first v1): a
 // field inserted in between would move what older plugins put there.
 constexpr size_t kPtr = sizeof(void*);
-static_assert(offsetof(tuttiBackendPlugin_v1, setDevice) ==
-                  offsetof(tuttiBackendPlugin_v1, orthogonalize) + kPtr,
-              "setDevice: the first appended field");
-static_assert(offsetof(tuttiBackendPlugin_v1, hostEventCreate) ==
-                  offsetof(tuttiBackendPlugin_v1, setDevice) + kPtr,
-              "hostEventCreate follows setDevice");
-static_assert(offsetof(tuttiBackendPlugin_v1, hostEventSignal) ==
-                  offsetof(tuttiBackendPlugin_v1, hostEventCreate) + kPtr,
-              "hostEventSignal follows hostEventCreate");
-static_assert(offsetof(tuttiBackendPlugin_v1, devicePciBusId) ==
-                  offsetof(tuttiBackendPlugin_v1, hostEventSignal) + kPtr,
-              "devicePciBusId follows hostEventSignal");
-static_assert(offsetof(tuttiBackendPlugin_v1, launchHostFunc) ==
-                  offsetof(tuttiBackendPlugin_v1, devicePciBusId) + kPtr,
-              "launchHostFunc follows devicePciBusId");
+#define TUTTI_FOLLOWS(field, previous)                                                       \
+  static_assert(offsetof(tuttiBackendPlugin_v1, field) ==                                    \
+                    offsetof(tuttiBackendPlugin_v1, previous) + kPtr,                        \
+                #field " follows " #previous)
+TUTTI_FOLLOWS(setDevice, orthogonalize);  // the first appended field
+TUTTI_FOLLOWS(hostEventCreate, setDevice);
+TUTTI_FOLLOWS(hostEventSignal, hostEventCreate);
+TUTTI_FOLLOWS(devicePciBusId, hostEventSignal);
+TUTTI_FOLLOWS(launchHostFunc, devicePciBusId);
+#undef TUTTI_FOLLOWS
 static_assert(sizeof(tuttiBackendPlugin_v1) ==
                   offsetof(tuttiBackendPlugin_v1, launchHostFunc) + kPtr,
               "launchHostFunc is the last field");

@@ -105,6 +105,33 @@ class DevBuf {
   void* ptr_ = nullptr;
 };
 
+// What the queue-ordering tests copy and where to: a device buffer holding a
+// known byte pattern (byte i = i * mul + add) and zeroed pinned host memory
+// of `hostBytes` (freed at the end of the scope), so a copy queued behind a
+// held point shows whether it has run.
+struct OrderingBuffers {
+  OrderingBuffers(Backend* b, size_t bytes, size_t hostBytes, uint8_t mul, uint8_t add)
+      : be(b), pattern(bytes), src(b, bytes) {
+    for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * mul + add);
+    src.upload(pattern.data(), bytes);
+    auto mem = b->hostAlloc(hostBytes);
+    EXPECT_TRUE(mem.isOk()) << mem.status().message();
+    if (mem) host = static_cast<uint8_t*>(mem.value());
+    if (host) memset(host, 0, hostBytes);
+  }
+  ~OrderingBuffers() {
+    if (host) {
+      EXPECT_TRUE(be->hostFree(host).isOk());
+    }
+  }
+  OrderingBuffers(const OrderingBuffers&) = delete;
+  OrderingBuffers& operator=(const OrderingBuffers&) = delete;
+  Backend* be;
+  std::vector<uint8_t> pattern;
+  DevBuf src;
+  uint8_t* host = nullptr;
+};
+
 // Random elements of a datatype, with special values sprinkled in (floats:
 // +-0, +-inf, NaN, subnormals, values near the narrow formats' limits).
 std::vector<uint8_t> randomData(int dt, size_t count, std::mt19937_64& rng, bool specials) {
@@ -561,19 +588,16 @@ TEST_P(Conformance, HostEventOrdersAQueue) {
   }
 
   const size_t bytes = 1 << 20;
-  std::vector<uint8_t> pattern(bytes);
-  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * 13 + 7);
-  DevBuf src(be_.get(), bytes);
-  src.upload(pattern.data(), bytes);
-  auto pinnedMem = be_->hostAlloc(bytes);
-  ASSERT_TRUE(pinnedMem.isOk());
-  auto* pinned = static_cast<uint8_t*>(pinnedMem.value());
+  OrderingBuffers buf(be_.get(), bytes, bytes, 13, 7);
+  ASSERT_NE(buf.host, nullptr);
+  const std::vector<uint8_t>& pattern = buf.pattern;
+  DevBuf& src = buf.src;
+  uint8_t* pinned = buf.host;
   auto untouched = [&] {
     for (size_t i = 0; i < bytes; i += 4093)
       if (pinned[i] != 0) return false;
     return pinned[bytes - 1] == 0;
   };
-  memset(pinned, 0, bytes);
 
   const auto t0 = std::chrono::steady_clock::now();
   mustReturnWithin(std::chrono::seconds(30), "eventWait on an unsignalled host event",
@@ -613,7 +637,6 @@ TEST_P(Conformance, HostEventOrdersAQueue) {
                    [&] { EXPECT_TRUE(be_->sync(q.value()).isOk()); });
   EXPECT_EQ(memcmp(pinned, pattern.data(), bytes), 0);
 
-  EXPECT_TRUE(be_->hostFree(pinned).isOk());
   EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
 }
 
@@ -667,15 +690,12 @@ TEST_P(Conformance, HostFuncRunsInQueueOrder) {
   }
 
   const size_t bytes = 4 << 20;
-  std::vector<uint8_t> pattern(bytes);
-  for (size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<uint8_t>(i * 29 + 3);
-  DevBuf src(be_.get(), bytes);
-  src.upload(pattern.data(), bytes);
-  auto mem = be_->hostAlloc(2 * bytes);
-  ASSERT_TRUE(mem.isOk()) << mem.status().message();
-  auto* before = static_cast<uint8_t*>(mem.value());
+  OrderingBuffers buf(be_.get(), bytes, 2 * bytes, 29, 3);
+  ASSERT_NE(buf.host, nullptr);
+  const std::vector<uint8_t>& pattern = buf.pattern;
+  DevBuf& src = buf.src;
+  uint8_t* before = buf.host;
   uint8_t* after = before + bytes;
-  memset(before, 0, 2 * bytes);
 
   // Between two copies: it sees the first one's bytes and not yet the second's.
   Probe p;
@@ -728,7 +748,6 @@ TEST_P(Conformance, HostFuncRunsInQueueOrder) {
     EXPECT_EQ(orphan.calls.load(), 1);
     EXPECT_TRUE(be_->eventDestroy(he2.value()).isOk());
   }
-  EXPECT_TRUE(be_->hostFree(before).isOk());
   EXPECT_TRUE(be_->queueDestroy(q.value()).isOk());
 }
 
