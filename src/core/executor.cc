@@ -203,7 +203,7 @@ class Run {
   size_t smallNext_ = 0;  // the one-shot operation in progress
   size_t ipcNext_ = 0;    // the device-IPC collective in progress
   bool ipcStarted_ = false;
-  IpcRun ipcRun_;         // its state (its containers kept between operations)
+  IpcRun ipcRun_;         // its state (DeviceIpc::start builds it afresh)
   int failedPeer_ = -1;
 };
 

@@ -392,8 +392,9 @@ Work ipcWorkOf(Comm& c, const std::vector<Op*>& ops) {
 // Small collectives of a group, fused (NCCL's aggregation): those of one
 // communicator that can travel together, each of at most kFuseMaxBytes per
 // rank, run as one collective over a packed buffer, so a group of 64
-// all-reduces of 1 KiB costs about what one of 64 KiB does (one message per
-// peer and step instead of 64). What fuses: all-reduces with the same
+// all-reduces of 1 KiB costs one all-reduce of 64 KiB plus the packing and
+// unpacking of 64 KiB (one message per peer and step instead of 64; measured
+// in docs/performance.md, "Groups of small operations"). What fuses: all-reduces with the same
 // datatype and reduction; reduce-scatters likewise (each rank's block of the
 // packed input is the parts' blocks side by side, its block of the result
 // theirs); all-gathers of any datatypes (as bytes: a rank's block holds its
