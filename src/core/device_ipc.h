@@ -23,7 +23,8 @@
 // - start() and progress(): a collective in rounds of at most one chunk per
 //   rank, as a step kind of the executor (core/executor.h: Work::ipc), which
 //   progresses it beside the communicator's other operations and those of
-//   the other communicators of a group, on one thread. In a round a rank copies its contribution into its own buffer (on the caller's stream,
+//   the other communicators of a group, on one thread. In a round a rank
+//   copies its contribution into its own buffer (on the caller's stream,
 //   pre-multiplied for PreMulSum), all ranks meet at a barrier, then each
 //   reads what it needs from the peers' buffers with the backend's copy and
 //   reduce kernels (an all-reduce reduces its slice of the round in place and

@@ -588,7 +588,8 @@ Status Run::pass(bool* progress, bool alone) {
       ipcStarted_ = true;
       *progress = true;
     }
-    const bool block = alone && sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size();
+    const bool block =
+        alone && sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size();
     TUTTI_RETURN_IF_ERROR(ipc.progress(ipcRun_, progress, block));
     if (!ipcRun_.done) break;
     ++ipcNext_;
