@@ -551,8 +551,25 @@ Status DeviceIpc::start(const IpcOp& op, IpcRun* run) {
   return Status();
 }
 
+// The step in progress has had its device work done: its barrier next, or
+// the next step.
+void DeviceIpc::endStep(IpcRun& run) {
+  if (run.steps[run.next].barrier) {
+    postBarrier(run);
+    run.phase = IpcRun::Phase::kBarrier;
+  } else {
+    run.phase = IpcRun::Phase::kStep;
+    ++run.next;
+  }
+}
+
 Status DeviceIpc::progress(IpcRun& run, bool* moved, bool block) {
   const Queue q = run.op.stream;
+  // Waits for the queued work blocking; its error, if the first, is the step's.
+  auto drain = [&] {
+    Status d = be_->sync(q);
+    if (run.local) run.local = d;
+  };
   for (;;) {
     switch (run.phase) {
       case IpcRun::Phase::kStep: {
@@ -567,40 +584,28 @@ Status DeviceIpc::progress(IpcRun& run, bool* moved, bool block) {
           // error travels to the next barrier); the wait always, so no
           // queued work outlives a failed step.
           if (run.local) run.local = st.work();
-          Status rec = event_ && !block ? be_->eventRecord(event_, q)
-                                        : Status(Code::kInvalidUsage, "");
-          if (rec) {
-            run.phase = IpcRun::Phase::kDevice;
-            break;
+          if (event_ && !block) {
+            Status rec = be_->eventRecord(event_, q);
+            if (rec) {
+              run.phase = IpcRun::Phase::kDevice;
+              break;
+            }
+            if (run.local) run.local = rec;
           }
-          Status d = be_->sync(q);
-          if (run.local && event_ && !block) run.local = rec;
-          if (run.local) run.local = d;
+          drain();
         }
-        if (st.barrier) {
-          postBarrier(run);
-          run.phase = IpcRun::Phase::kBarrier;
-        } else {
-          ++run.next;
-        }
+        endStep(run);
         break;
       }
       case IpcRun::Phase::kDevice: {
         auto done = be_->eventDone(event_);
         if (done && !done.value()) return Status();
         if (!done) {
-          Status d = be_->sync(q);
           if (run.local) run.local = done.status();
-          if (run.local) run.local = d;
+          drain();
         }
         *moved = true;
-        if (run.steps[run.next].barrier) {
-          postBarrier(run);
-          run.phase = IpcRun::Phase::kBarrier;
-        } else {
-          run.phase = IpcRun::Phase::kStep;
-          ++run.next;
-        }
+        endStep(run);
         break;
       }
       case IpcRun::Phase::kBarrier: {

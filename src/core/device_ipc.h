@@ -143,6 +143,8 @@ class DeviceIpc {
   void postBarrier(IpcRun& run);
   // The barrier's answer: run.local, else the first rank's error.
   Status barrierResult(const IpcRun& run) const;
+  // After the current step's device work: its barrier, or the next step.
+  void endStep(IpcRun& run);
   // This rank's (peer == rank) or a peer's buffer of round `round`.
   uint8_t* buf(int peer, uint64_t round) const {
     return static_cast<uint8_t*>(bufs_[peer]) + (round & 1) * chunk_;
