@@ -61,6 +61,14 @@ class Connection {
   // (read ahead): tryRecv returns them although waitHint() may not poll
   // readable.
   virtual size_t buffered() const { return 0; }
+  // A connection that moves bytes only when called (net plugins, through
+  // net_stream.h) says so once; its executor then calls progress() every
+  // pass while it has sends in flight, also while waiting on other peers,
+  // and counts an operation done only once progress() returns true (nothing
+  // left to send). Shared memory and TCP hand bytes to the peer or the
+  // kernel in trySend and need neither.
+  virtual bool needsProgress() const { return false; }
+  virtual Result<bool> progress() { return true; }
   // Cheap liveness check used when a wait has made no progress for a while.
   virtual Status checkAlive() { return Status::ok(); }
   virtual void abort() {}

@@ -150,11 +150,13 @@ const std::vector<Known> kRegistry = {
     {"NCCL_GRAPH_DUMP_FILE_RANK", false, Effect::kNoEffect,
      "goes with NCCL_GRAPH_DUMP_FILE, which tutti does not write"},
     {"NCCL_IB_", true, Effect::kNoEffect, kNoIb},
-    {"NCCL_NET", false, Effect::kNoEffect,
-     "tutti has no network plugins: ranks on other hosts use its TCP transport (interfaces from "
-     "NCCL_SOCKET_IFNAME)"},
-    {"NCCL_NET_PLUGIN", false, Effect::kNoEffect,
-     "tutti loads no NCCL net plugins (its own plugins are found through TUTTI_PLUGIN_PATH)"},
+    {"NCCL_NET", false, Effect::kDifferent,
+     "the network for peers shared memory does not carry: Socket (tutti's TCP) or the name of "
+     "the loaded NCCL net plugin, case-insensitive; IB has no effect (no InfiniBand transport "
+     "yet: TCP)"},
+    {"NCCL_NET_PLUGIN", false, Effect::kHonoured,
+     "the NCCL net plugin to load: none, a name X (libnccl-net-X.so) or a file; unset: "
+     "libnccl-net.so if the loader finds one"},
     {"NCCL_NET_", true, Effect::kNoEffect,
      "it tunes NCCL's network transports (GPUDirect RDMA, net plugins); tutti's TCP transport "
      "has no such setting"},
@@ -246,6 +248,9 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_POWERSGD_SHARE_MIN_BYTES", false, Effect::kHonoured,
      "smallest PowerSGD matrix whose residual is shared per node"},
     {"TUTTI_TIMEOUT", false, Effect::kHonoured, "seconds without progress before an error"},
+    {"TUTTI_NET", false, Effect::kHonoured,
+     "the network for peers shared memory does not carry: tcp (ucx, ofi, ibverbs: not in this "
+     "build); unset: an NCCL net plugin if one is loaded, else tcp"},
     {"TUTTI_INIT_TIMEOUT", false, Effect::kHonoured, "seconds for every rank to join at init"},
     {"TUTTI_HOST_ID", false, Effect::kHonoured, "node identity"},
     {"TUTTI_TEST_NODES", false, Effect::kHonoured, "testing: ranks per pretend node"},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <mutex>
 
 #include "algo/cost_model.h"
 #include "base/backoff.h"
@@ -14,6 +15,8 @@
 #include "core/engine.h"
 #include "core/link_probe.h"
 #include "topology/topology.h"
+#include "transports/ncclnet/nccl_net.h"
+#include "transports/net_stream.h"
 
 namespace tutti::core {
 namespace {
@@ -159,6 +162,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   TUTTI_ASSIGN_OR_RETURN(c->bootstrap_, Bootstrap::init(id, rank, nranks, c->abort_));
   c->shm_ = transport::makeShmTransport();
   c->tcp_ = transport::makeTcpTransport();
+  TUTTI_RETURN_IF_ERROR(c->chooseNetwork());
   c->channels_.resize(nranks);
   for (auto& v : c->channels_) v.resize(c->nChannels_);
   c->sendSeq_.assign(nranks, 0);
@@ -524,7 +528,59 @@ const char* Comm::transportName(int peer) const {
 
 transport::Transport* Comm::transportFor(int peer) const {
   bool shm = sameHost(peer) && !params::getBool("NCCL_SHM_DISABLE", false);
-  return shm ? shm_.get() : tcp_.get();
+  if (shm) return shm_.get();
+  return net_ ? net_.get() : tcp_.get();
+}
+
+namespace {
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+}  // namespace
+
+Status Comm::chooseNetwork() {
+  const std::string tuttiNet = lower(params::getStr("TUTTI_NET", ""));
+  const std::string ncclNet = params::getStr("NCCL_NET", "");
+  if (!tuttiNet.empty() && tuttiNet != "tcp") {
+    if (tuttiNet == "ucx" || tuttiNet == "ofi" || tuttiNet == "ibverbs")
+      return invalidArgument(fmt::format(
+          "TUTTI_NET={}: this build of tutti has no {} transport; use TUTTI_NET=tcp, or an NCCL "
+          "net plugin (NCCL_NET_PLUGIN, NCCL_NET)",
+          tuttiNet, tuttiNet));
+    return invalidArgument(
+        fmt::format("TUTTI_NET={}: expected one of ucx, ofi, ibverbs, tcp", tuttiNet));
+  }
+  bool network = false;  // some peer is not reached through shared memory
+  for (int r = 0; r < nranks_ && !network; ++r)
+    network = r != rank_ && transportFor(r) != shm_.get();
+  if (tuttiNet == "tcp" || !network) return Status::ok();
+  if (lower(ncclNet) == "socket") return Status::ok();  // NCCL's name for its TCP network
+  if (lower(ncclNet) == "ib") {
+    // Set by habit on InfiniBand clusters: a program keeps running, over TCP.
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      TUTTI_WARN(
+          "NCCL_NET={} has no effect: this build of tutti has no InfiniBand transport; ranks "
+          "that shared memory does not carry use TCP",
+          ncclNet);
+    });
+    return Status::ok();
+  }
+  const std::string setting = transport::ncclnet::pluginSetting();
+  auto plugin = transport::ncclnet::loadPlugin(setting);
+  if (!plugin) {
+    if (!ncclNet.empty()) return plugin.status().withContext("NCCL_NET=" + ncclNet);
+    if (rank_ == 0) TUTTI_WARN("{}; ranks on other hosts use TCP", plugin.status().message());
+    return Status::ok();
+  }
+  transport::NetTransport* net = *plugin;
+  if (!ncclNet.empty() && (!net || lower(ncclNet) != lower(net->name())))
+    return invalidArgument(
+        fmt::format("NCCL_NET={}: no network of that name (available: Socket{}{})", ncclNet,
+                    net ? ", " : "", net ? net->name() : ""));
+  if (net) net_ = transport::makeStreamTransport(net);
+  return Status::ok();
 }
 
 Status Comm::ensureConnected(const std::vector<int>& wanted) {
@@ -580,8 +636,8 @@ Status Comm::connectPair(int peer) {
           fmt::format("connecting to {} over {} (channel {})", describePeer(peer), t->name(), ch));
     channels_[peer][ch].conn = std::move(conn.value());
   }
-  TUTTI_INFO(log::kInit, "connected to {} over {} ({} channels)", describePeer(peer), t->name(),
-             nChannels_);
+  TUTTI_INFO(log::kInit | log::kNet, "rank {} -> rank {} via {} ({}, {} channels)", rank_, peer,
+             t->name(), describePeer(peer), nChannels_);
   return Status::ok();
 }
 

@@ -274,7 +274,11 @@ class Comm {
   Status probeInterNode(bool needed, std::optional<LinkProbeResult>* out);
   // Reads TUTTI_COMPRESSION and TUTTI_COMPRESSION_MIN_BYTES (comm.cc).
   Status readCompressionEnv();
-  // Shared memory for peers on this host (unless NCCL_SHM_DISABLE), else TCP.
+  // The network for peers that shared memory does not carry: an NCCL net
+  // plugin, or TCP (TUTTI_NET, NCCL_NET, NCCL_NET_PLUGIN; docs/transports.md).
+  Status chooseNetwork();
+  // Shared memory for peers on this host (unless NCCL_SHM_DISABLE), else the
+  // network chooseNetwork() picked.
   transport::Transport* transportFor(int peer) const;
 
   int rank_ = -1, nranks_ = 0, nChannels_ = 1;
@@ -296,6 +300,7 @@ class Comm {
   std::atomic<Engine*> engineSeen_{nullptr};  // engine_, for a lock-free check on the hot path
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> shm_, tcp_;
+  std::unique_ptr<transport::Transport> net_;  // over a net plugin; null: TCP
   std::unique_ptr<OneShot> oneShot_;
   algo::NodeMap nodeMap_;
   algo::CostModel costModel_;

@@ -141,7 +141,7 @@ class Run {
   // collective with nothing else left to do may wait blocking.
   Status pass(bool* progress, bool alone = false);
   bool done() const {
-    return sendsLeft_ == 0 && recvsLeft_ == 0 && smallNext_ == w_->small.size() &&
+    return sendsLeft_ == 0 && recvsLeft_ == 0 && unsent_ == 0 && smallNext_ == w_->small.size() &&
            ipcNext_ == w_->ipc.size();
   }
   // The peer whose connection failed, when the last error came from one.
@@ -200,6 +200,11 @@ class Run {
   std::vector<PeerRun> peers_;
   std::vector<int> slot_;  // rank -> index in peers_
   size_t sendsLeft_ = 0, recvsLeft_ = 0;
+  // Connections that move bytes only when called (Connection::needsProgress):
+  // (index in peers_, channel), driven every pass; unsent_ of them still
+  // had messages in flight after the last pass.
+  std::vector<std::pair<uint32_t, int>> driven_;
+  size_t unsent_ = 0;
   size_t smallNext_ = 0;  // the one-shot operation in progress
   size_t ipcNext_ = 0;    // the device-IPC collective in progress
   bool ipcStarted_ = false;
@@ -259,6 +264,8 @@ void Run::reset(Work* w) {
   recvBase_.clear();
   recvIndex_.clear();
   sendsLeft_ = recvsLeft_ = 0;
+  driven_.clear();
+  unsent_ = 0;
   smallNext_ = 0;
   ipcNext_ = 0;
   ipcStarted_ = false;
@@ -279,8 +286,11 @@ Status Run::start() {
   for (size_t i = 0; i < peers_.size(); ++i) {
     PeerRun& p = peers_[i];
     p.reset(peerList_[i], c_->nChannels());
-    for (int ch = 0; ch < c_->nChannels(); ++ch)
-      p.fd[ch] = c_->channel(p.peer, ch).conn->waitHint();
+    for (int ch = 0; ch < c_->nChannels(); ++ch) {
+      const auto& conn = c_->channel(p.peer, ch).conn;
+      p.fd[ch] = conn->waitHint();
+      if (conn->needsProgress()) driven_.emplace_back(static_cast<uint32_t>(i), ch);
+    }
   }
   for (uint32_t i = 0; i < w_->schedules.size(); ++i) {
     const auto& s = w_->schedules[i];
@@ -602,6 +612,14 @@ Status Run::pass(bool* progress, bool alone) {
       if (p.recvsLeft && p.canRecv[ch]) TUTTI_RETURN_IF_ERROR(progressRecv(p, ch, progress));
     }
   }
+  // After the sends: what this pass handed over is counted.
+  unsent_ = 0;
+  for (const auto& [slot, ch] : driven_) {
+    PeerRun& p = peers_[slot];
+    auto idle = c_->channel(p.peer, ch).conn->progress();
+    if (!idle) return peerFailure(p, idle.status(), "sending to ");
+    if (!*idle) ++unsent_;
+  }
   return Status::ok();
 }
 
@@ -658,13 +676,16 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
     if (p.recvsLeft || p.sendsLeft)
       waiting += fmt::format("{}{} ({} receives, {} sends pending)", waiting.empty() ? "" : "; ",
                              c_->describePeer(p.peer), p.recvsLeft, p.sendsLeft);
+  if (unsent_)
+    waiting += fmt::format("{}{} connection(s) whose last messages have not left",
+                           waiting.empty() ? "" : "; ", unsent_);
   return remoteError(
       fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) waiting on {}", idle, waiting));
 }
 
 void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, int>>* owners,
                       bool* unpollable, bool* ready) {
-  if (smallNext_ < w_->small.size() || ipcNext_ < w_->ipc.size()) *unpollable = true;
+  if (smallNext_ < w_->small.size() || ipcNext_ < w_->ipc.size() || unsent_) *unpollable = true;
   for (auto& p : peers_) {
     if (p.sendsLeft == 0 && p.recvsLeft == 0) continue;
     for (int ch = 0; ch < c_->nChannels(); ++ch) {

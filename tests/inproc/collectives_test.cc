@@ -1,5 +1,6 @@
 // Every collective, sampled over datatype x op x count x in-place x alignment,
-// for rank counts 1..9 and 16, over shared memory and over TCP. Values are
+// for rank counts 1..9 and 16, over shared memory, over TCP and over an NCCL
+// net plugin (the test plugin of tests/netplugin, TCP on loopback). Values are
 // chosen so every partial result is exact (see harness.h), so results are
 // compared exactly, except the floating-point average (see tolerance()).
 #include <cstdlib>
@@ -295,6 +296,11 @@ enum class Path {
   kShmHierarchical,
   kShm2DRing,
   kTcpHierarchical,
+  // Every peer through the test NCCL net plugin (NCCL_SHM_DISABLE=1,
+  // NCCL_NET=TestSock), or only those on other pretend nodes (shared memory
+  // inside a node, hierarchical algorithms).
+  kNetPlugin,
+  kNetPluginHierarchical,
 };
 
 // Ranks per pretend node for n ranks: unequal where possible.
@@ -308,16 +314,22 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, Path>> {};
 TEST_P(Collectives, SampledMatrix) {
   const int n = std::get<0>(GetParam());
   const Path path = std::get<1>(GetParam());
-  const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly || path == Path::kTcpHierarchical;
+  const bool plugin = path == Path::kNetPlugin || path == Path::kNetPluginHierarchical;
+  const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly ||
+                   path == Path::kTcpHierarchical || path == Path::kNetPlugin;
   const bool ringOnly = path == Path::kShmRingOnly || path == Path::kTcpRingOnly;
   const bool twoLevel = path == Path::kShmHierarchical || path == Path::kShm2DRing ||
-                        path == Path::kTcpHierarchical;
+                        path == Path::kTcpHierarchical || path == Path::kNetPluginHierarchical;
   setenv("NCCL_SHM_DISABLE", tcp ? "1" : "0", 1);
   setenv("TUTTI_ONESHOT_MAX", path == Path::kShm ? "32K" : "0", 1);
   setenv("TUTTI_RD_MAX",
          ringOnly || twoLevel ? "0" : path == Path::kShmRecursiveDoubling ? "1G" : "64K", 1);
   setenv("TUTTI_CHUNK_SIZE", "4096", 1);  // many slices even for small counts
   setenv("NCCL_BUFFSIZE", "65536", 1);    // small rings: exercise back-pressure
+  if (plugin) {
+    setenv("NCCL_NET_PLUGIN", TUTTI_TEST_NET_PLUGIN_DIR "/libnccl-net-tsock.so", 1);
+    setenv("NCCL_NET", "TestSock", 1);
+  }
   if (twoLevel) {
     setenv("TUTTI_TEST_NODES", nodeLayout(n), 1);
     setenv("NCCL_ALGO", path == Path::kShm2DRing ? "2dring" : "hierarchical", 1);
@@ -334,6 +346,8 @@ TEST_P(Collectives, SampledMatrix) {
   unsetenv("TUTTI_RD_MAX");
   unsetenv("TUTTI_TEST_NODES");
   unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_NET_PLUGIN");
+  unsetenv("NCCL_NET");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
@@ -360,6 +374,12 @@ INSTANTIATE_TEST_SUITE_P(TcpHierarchical, Collectives,
 INSTANTIATE_TEST_SUITE_P(TcpRingOnly, Collectives,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(Path::kTcpRingOnly)));
+INSTANTIATE_TEST_SUITE_P(NetPlugin, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(Path::kNetPlugin)));
+INSTANTIATE_TEST_SUITE_P(NetPluginHierarchical, Collectives,
+                         ::testing::Combine(::testing::Values(4, 7),
+                                            ::testing::Values(Path::kNetPluginHierarchical)));
 
 // A collective called on its own reuses the work of the communicator's last
 // call of the same shape (capi/nccl_api.cc, runAlone): only the buffers

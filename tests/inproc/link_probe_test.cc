@@ -182,7 +182,7 @@ TEST(LinkProbeLog, InfoLinesSayWhatWasMeasured) {
   int probeLines = 0, modelLines = 0;
   std::string l;
   while (std::getline(in, l)) {
-    if (l.find("link probe: rank 0 (node 0) <-> rank 3 (node 1) over SHM: latency") !=
+    if (l.find("link probe: rank 0 (node 0) <-> rank 3 (node 1) over shm: latency") !=
         std::string::npos)
       probeLines++;
     if (l.find("cost model: intra-node 1 us 5 GB/s (defaults), inter-node") != std::string::npos &&

@@ -101,7 +101,7 @@ TEST(ParamsEnv, TwoCommunicatorsWarnOnceAndHonouredVariablesAreNotWarned) {
   EXPECT_EQ(count(lines, "buffsize 65536 "), 8) << all;
   EXPECT_EQ(count(lines, "NCCL version "), 1) << all;
   // The ranks talk over TCP (NCCL_SHM_DISABLE honoured).
-  EXPECT_EQ(count(lines, "via SHM"), 0) << all;
+  EXPECT_EQ(count(lines, "via shm"), 0) << all;
 }
 
 // NCCL_DEBUG (and the log file) from the config file NCCL_CONF_FILE names.

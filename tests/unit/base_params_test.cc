@@ -110,7 +110,8 @@ TEST(ParamsRegistry, ExactEntriesWinOverPrefixes) {
   EXPECT_EQ(findKnown("NCCL_P2P_LEVEL")->effect, Effect::kNoEffect);
   EXPECT_EQ(findKnown("NCCL_IB_HCA")->effect, Effect::kNoEffect);
   EXPECT_EQ(findKnown("NCCL_IB_GID_INDEX")->effect, Effect::kNoEffect);
-  EXPECT_EQ(findKnown("NCCL_NET")->effect, Effect::kNoEffect);
+  EXPECT_EQ(findKnown("NCCL_NET")->effect, Effect::kDifferent);  // IB: no effect (comm.cc)
+  EXPECT_EQ(findKnown("NCCL_NET_PLUGIN")->effect, Effect::kHonoured);
   EXPECT_EQ(findKnown("NCCL_NET_GDR_LEVEL")->effect, Effect::kNoEffect);
   EXPECT_EQ(findKnown("NCCL_TESTS_MIN_BW")->effect, Effect::kNotLibrary);
   EXPECT_EQ(findKnown("NCCL_IB_"), nullptr);  // a prefix alone names nothing
@@ -233,8 +234,6 @@ std::string joined(const std::vector<std::string>& v) {
 
 TEST_F(ParamsEnv, IneffectiveSettingsNamesTodaysIgnoredListAndNotTheHonouredOnes) {
   set("NCCL_IB_HCA", "mlx5_0");
-  set("NCCL_NET", "IB");
-  set("NCCL_NET_PLUGIN", "aws-ofi");
   set("NCCL_NTHREADS", "256");
   set("NCCL_TOPO_DUMP_FILE", "/tmp/nccl_topo.xml");
   set("NCCL_TOPO_FILE", "/tmp/nccl_in.xml");
@@ -249,6 +248,8 @@ TEST_F(ParamsEnv, IneffectiveSettingsNamesTodaysIgnoredListAndNotTheHonouredOnes
   set("NCCL_MAX_NCHANNELS", "4");
   set("NCCL_TESTS_MIN_BW", "1");
   set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  set("NCCL_NET", "Socket");
+  set("NCCL_NET_PLUGIN", "aws-ofi");
   resetForTesting();
   const std::vector<std::string> msgs = ineffectiveSettings();
   const std::string all = joined(msgs);
@@ -257,9 +258,6 @@ TEST_F(ParamsEnv, IneffectiveSettingsNamesTodaysIgnoredListAndNotTheHonouredOnes
                          [&](const std::string& m) { return m.rfind(prefix, 0) == 0; });
   };
   EXPECT_EQ(has("NCCL_IB_HCA=mlx5_0 has no effect: tutti has no InfiniBand transport"), 1) << all;
-  EXPECT_EQ(has("NCCL_NET=IB has no effect: "), 1) << all;
-  EXPECT_EQ(has("NCCL_NET_PLUGIN=aws-ofi has no effect: tutti loads no NCCL net plugins"), 1)
-      << all;
   EXPECT_EQ(has("NCCL_NTHREADS=256 has no effect: tutti's host kernels do not use it"), 1) << all;
   EXPECT_EQ(has("NCCL_TOPO_DUMP_FILE=/tmp/nccl_topo.xml has no effect: "), 1) << all;
   EXPECT_NE(all.find("TUTTI_TOPO_DUMP_FILE"), std::string::npos) << all;  // says what to use
@@ -267,9 +265,10 @@ TEST_F(ParamsEnv, IneffectiveSettingsNamesTodaysIgnoredListAndNotTheHonouredOnes
   EXPECT_NE(all.find("hwloc XML from TUTTI_TOPO_FILE"), std::string::npos) << all;
   EXPECT_EQ(has("NCCL_PROTO=LL128 has no effect: "), 1) << all;
   EXPECT_EQ(has("NCCL_TUTTI_TYPO=1 has no effect: tutti does not know this variable"), 1) << all;
-  for (const char* honoured : {"NCCL_SHM_DISABLE=", "NCCL_SOCKET_IFNAME=", "NCCL_BUFFSIZE=",
-                               "NCCL_ALGO=", "NCCL_P2P_DISABLE=", "NCCL_MAX_NCHANNELS=",
-                               "NCCL_TESTS_MIN_BW=", "NCCL_ASYNC_ERROR_HANDLING="})
+  for (const char* honoured :
+       {"NCCL_SHM_DISABLE=", "NCCL_SOCKET_IFNAME=", "NCCL_BUFFSIZE=", "NCCL_ALGO=",
+        "NCCL_P2P_DISABLE=", "NCCL_MAX_NCHANNELS=", "NCCL_TESTS_MIN_BW=",
+        "NCCL_ASYNC_ERROR_HANDLING=", "NCCL_NET=", "NCCL_NET_PLUGIN="})
     EXPECT_EQ(has(honoured), 0) << honoured << " is honoured:\n" << all;
 }
 

@@ -47,7 +47,7 @@ class ShmConnection final : public Connection {
   bool supportsPeek() const override { return true; }
   Status checkAlive() override;
   void abort() override;
-  const char* name() const override { return "SHM"; }
+  const char* name() const override { return "shm"; }
 
   SegmentHeader* header() { return hdr_; }
   // The peer's doorbell (ConnectContext::peerBell), rung after bytes moved.
@@ -73,7 +73,7 @@ class ShmConnection final : public Connection {
 
 class ShmTransport final : public Transport {
  public:
-  const char* name() const override { return "SHM"; }
+  const char* name() const override { return "shm"; }
   Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) override;
 };
 

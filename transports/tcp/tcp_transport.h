@@ -45,7 +45,7 @@ class TcpConnection final : public Connection {
   size_t buffered() const override { return aheadLen_ - aheadOff_; }
   Status checkAlive() override;
   void abort() override;
-  const char* name() const override { return "TCP"; }
+  const char* name() const override { return "tcp"; }
 
  private:
   Status ioError(int err, const char* op) const;
@@ -64,7 +64,7 @@ class TcpConnection final : public Connection {
 
 class TcpTransport final : public Transport {
  public:
-  const char* name() const override { return "TCP"; }
+  const char* name() const override { return "tcp"; }
   Result<std::unique_ptr<Connection>> connect(const ConnectContext& ctx) override;
 };
 
