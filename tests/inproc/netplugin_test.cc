@@ -1,0 +1,199 @@
+// Communicators over an NCCL net plugin (the test plugin of tests/netplugin:
+// TCP on loopback, progress only inside test(), like a fabric with manual
+// progress). What the per-collective matrix (collectives_test.cc, NetPlugin)
+// does not reach: messages larger than the plugin's socket buffers, so that
+// some are still in the plugin when an operation's last call returns; the
+// choice of network and its errors; the per-peer log line.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/log.h"
+#include "harness.h"
+
+namespace tutti::test {
+namespace {
+
+const char* const kPlugin = TUTTI_TEST_NET_PLUGIN_DIR "/libnccl-net-tsock.so";
+
+// Every peer over the plugin.
+Env pluginEnv(std::vector<std::pair<const char*, const char*>> more = {}) {
+  std::vector<std::pair<const char*, const char*>> v = {
+      {"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET_PLUGIN", kPlugin}, {"NCCL_NET", "TestSock"}};
+  v.insert(v.end(), more.begin(), more.end());
+  return Env(v);
+}
+
+// The root's last messages are still inside the plugin when its broadcast
+// returns unless the executor waits for them to leave: it destroys its
+// communicator right after (closing the plugin's sockets), while the others
+// still receive. 24 MiB: far more than a loopback socket buffers.
+TEST(NetPlugin, AnOperationEndsOnlyWhenItsMessagesHaveLeft) {
+  Env env = pluginEnv();
+  constexpr size_t kCount = (24u << 20) / 4 + 3;
+  for (int n : {2, 3}) {
+    runRanks(n, [&](int r, ncclComm_t comm) {
+      std::vector<int32_t> buf(kCount);
+      for (size_t j = 0; j < kCount; ++j) buf[j] = r == 0 ? static_cast<int32_t>(j * 7 + 1) : -1;
+      ASSERT_EQ(ncclBroadcast(buf.data(), buf.data(), kCount, ncclInt32, 0, comm, nullptr),
+                ncclSuccess)
+          << ncclGetLastError(comm);
+      size_t bad = 0;
+      for (size_t j = 0; j < kCount; ++j) bad += buf[j] != static_cast<int32_t>(j * 7 + 1);
+      EXPECT_EQ(bad, 0u) << "rank " << r;
+    });
+  }
+}
+
+// A ring all-reduce whose messages outgrow the sockets: each rank waits on
+// its predecessor while its own chunk to its successor is still in the
+// plugin, which moves it only when called. The executor calls it every pass.
+TEST(NetPlugin, ARingProgressesWhileEachRankWaitsOnAnotherPeer) {
+  Env env = pluginEnv({{"TUTTI_TIMEOUT", "20"}, {"TUTTI_RD_MAX", "0"}});
+  constexpr size_t kCount = (16u << 20) / 4 + 5;
+  runRanks(3, [&](int r, ncclComm_t comm) {
+    std::vector<int32_t> in(kCount), out(kCount, 0);
+    for (size_t j = 0; j < kCount; ++j) in[j] = static_cast<int32_t>((r + 1) * (j % 1000));
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess)
+        << ncclGetLastError(comm);
+    size_t bad = 0;
+    for (size_t j = 0; j < kCount; ++j) bad += out[j] != static_cast<int32_t>(6 * (j % 1000));
+    EXPECT_EQ(bad, 0u) << "rank " << r;
+  });
+}
+
+std::string readAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+int countOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(NetPlugin, EachPeerIsLoggedWithThePluginsName) {
+  const std::string log = ::testing::TempDir() + "tutti_netplugin_" + std::to_string(getpid());
+  {
+    Env env = pluginEnv(
+        {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "NET"}, {"NCCL_DEBUG_FILE", log.c_str()}});
+    log::reset();
+    runRanks(3, [](int, ncclComm_t comm) {
+      int32_t x = 1, y = 0;
+      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(y, 3);
+    });
+  }
+  log::reset();
+  const std::string text = readAll(log);
+  std::remove(log.c_str());
+  // Rank 0's ring neighbours (1 and 2), and the plugin's own log line.
+  EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via TestSock"), 1) << text;
+  EXPECT_EQ(countOf(text, "rank 0 -> rank 2 via TestSock"), 1) << text;
+  EXPECT_EQ(countOf(text, "net plugin: TestSock: init, 1 device(s)"), 1) << text;
+  EXPECT_EQ(countOf(text, "NET/Plugin: TestSock loaded from"), 1) << text;
+}
+
+// Shared memory stays the transport of peers on the host unless it is off.
+TEST(NetPlugin, SharedMemoryStillCarriesPeersOnTheHost) {
+  const std::string log = ::testing::TempDir() + "tutti_netplugin_shm_" + std::to_string(getpid());
+  {
+    Env env({{"NCCL_NET_PLUGIN", kPlugin},
+             {"NCCL_DEBUG", "INFO"},
+             {"NCCL_DEBUG_SUBSYS", "NET"},
+             {"NCCL_DEBUG_FILE", log.c_str()}});
+    log::reset();
+    runRanks(2, [](int, ncclComm_t comm) {
+      int32_t x = 2, y = 0;
+      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(y, 4);
+    });
+  }
+  log::reset();
+  const std::string text = readAll(log);
+  std::remove(log.c_str());
+  EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via shm"), 1) << text;
+  EXPECT_EQ(countOf(text, "via TestSock"), 0) << text;
+}
+
+// The network a rank is told to use must exist: a clear error at creation.
+TEST(NetPlugin, AnUnknownNcclNetFailsCreationNamingWhatThereIs) {
+  for (const char* plugin : {kPlugin, "none"}) {
+    Env env({{"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET_PLUGIN", plugin}, {"NCCL_NET", "Bogus"}});
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    // One rank alone has no peer to reach, so a second one is needed.
+    ncclResult_t rc0 = ncclSuccess, rc1 = ncclSuccess;
+    std::string err;
+    std::thread t([&] {
+      ncclComm_t c = nullptr;
+      rc1 = ncclCommInitRank(&c, 2, id, 1);
+      if (rc1 == ncclSuccess) ncclCommDestroy(c);
+    });
+    rc0 = ncclCommInitRank(&comm, 2, id, 0);
+    err = ncclGetLastError(nullptr);
+    t.join();
+    if (rc0 == ncclSuccess) ncclCommDestroy(comm);
+    EXPECT_NE(rc0, ncclSuccess) << plugin;
+    EXPECT_NE(rc1, ncclSuccess) << plugin;
+    EXPECT_NE(err.find("NCCL_NET=Bogus: no network of that name (available: Socket"),
+              std::string::npos)
+        << err;
+    if (std::string(plugin) != "none") EXPECT_NE(err.find("TestSock"), std::string::npos) << err;
+  }
+}
+
+TEST(NetPlugin, TuttiNetNamesATransportThisBuildLacks) {
+  Env env({{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_NET", "ucx"}});
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclResult_t rc1 = ncclSuccess;
+  std::thread t([&] {
+    ncclComm_t c = nullptr;
+    rc1 = ncclCommInitRank(&c, 2, id, 1);
+    if (rc1 == ncclSuccess) ncclCommDestroy(c);
+  });
+  ncclComm_t comm = nullptr;
+  ncclResult_t rc0 = ncclCommInitRank(&comm, 2, id, 0);
+  std::string err = ncclGetLastError(nullptr);
+  t.join();
+  if (rc0 == ncclSuccess) ncclCommDestroy(comm);
+  EXPECT_EQ(rc0, ncclInvalidArgument);
+  EXPECT_EQ(rc1, ncclInvalidArgument);
+  EXPECT_NE(err.find("TUTTI_NET=ucx: this build of tutti has no ucx transport"), std::string::npos)
+      << err;
+}
+
+// TUTTI_NET=tcp wins over a loaded plugin.
+TEST(NetPlugin, TuttiNetTcpWinsOverThePlugin) {
+  const std::string log = ::testing::TempDir() + "tutti_netplugin_tcp_" + std::to_string(getpid());
+  {
+    Env env({{"NCCL_SHM_DISABLE", "1"},
+             {"NCCL_NET_PLUGIN", kPlugin},
+             {"TUTTI_NET", "tcp"},
+             {"NCCL_DEBUG", "INFO"},
+             {"NCCL_DEBUG_SUBSYS", "NET"},
+             {"NCCL_DEBUG_FILE", log.c_str()}});
+    log::reset();
+    runRanks(2, [](int, ncclComm_t comm) {
+      int32_t x = 3, y = 0;
+      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(y, 6);
+    });
+  }
+  log::reset();
+  const std::string text = readAll(log);
+  std::remove(log.c_str());
+  EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via tcp"), 1) << text;
+  EXPECT_EQ(countOf(text, "via TestSock"), 0) << text;
+}
+
+}  // namespace
+}  // namespace tutti::test
