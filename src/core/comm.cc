@@ -14,6 +14,7 @@
 #include "core/device_ipc.h"
 #include "core/engine.h"
 #include "core/link_probe.h"
+#include "core/plugins.h"
 #include "topology/topology.h"
 #include "transports/ncclnet/nccl_net.h"
 #include "transports/net_stream.h"
@@ -542,19 +543,28 @@ std::string lower(std::string s) {
 Status Comm::chooseNetwork() {
   const std::string tuttiNet = lower(params::getStr("TUTTI_NET", ""));
   const std::string ncclNet = params::getStr("NCCL_NET", "");
-  if (!tuttiNet.empty() && tuttiNet != "tcp") {
-    if (tuttiNet == "ucx" || tuttiNet == "ofi" || tuttiNet == "ibverbs")
-      return invalidArgument(fmt::format(
-          "TUTTI_NET={}: this build of tutti has no {} transport; use TUTTI_NET=tcp, or an NCCL "
-          "net plugin (NCCL_NET_PLUGIN, NCCL_NET)",
-          tuttiNet, tuttiNet));
+  if (!tuttiNet.empty() && tuttiNet != "tcp" && tuttiNet != "ucx" && tuttiNet != "ofi" &&
+      tuttiNet != "ibverbs")
     return invalidArgument(
         fmt::format("TUTTI_NET={}: expected one of ucx, ofi, ibverbs, tcp", tuttiNet));
-  }
   bool network = false;  // some peer is not reached through shared memory
   for (int r = 0; r < nranks_ && !network; ++r)
     network = r != rank_ && transportFor(r) != shm_.get();
   if (tuttiNet == "tcp" || !network) return Status::ok();
+  if (!tuttiNet.empty()) {
+    // tutti's own network transports: plugins with the NCCL net ABI in the
+    // plugin folders (lib/tutti/libtutti-net-<name>.so).
+    auto path = findPlugin("net", tuttiNet);
+    if (!path)
+      return invalidArgument(fmt::format(
+          "TUTTI_NET={}: this installation of tutti has no {} transport ({}); use TUTTI_NET=tcp, "
+          "or an NCCL net plugin (NCCL_NET_PLUGIN)",
+          tuttiNet, tuttiNet, path.status().message()));
+    auto plugin = transport::ncclnet::loadPlugin(*path);
+    if (!plugin) return plugin.status().withContext("TUTTI_NET=" + tuttiNet);
+    net_ = transport::makeStreamTransport(*plugin);
+    return Status::ok();
+  }
   if (lower(ncclNet) == "socket") return Status::ok();  // NCCL's name for its TCP network
   if (lower(ncclNet) == "ib") {
     // Set by habit on InfiniBand clusters: a program keeps running, over TCP.
@@ -571,7 +581,9 @@ Status Comm::chooseNetwork() {
   auto plugin = transport::ncclnet::loadPlugin(setting);
   if (!plugin) {
     if (!ncclNet.empty()) return plugin.status().withContext("NCCL_NET=" + ncclNet);
-    if (rank_ == 0) TUTTI_WARN("{}; ranks on other hosts use TCP", plugin.status().message());
+    if (rank_ == 0)
+      TUTTI_WARN("{}; peers that shared memory does not carry use TCP",
+                 plugin.status().message());
     return Status::ok();
   }
   transport::NetTransport* net = *plugin;

@@ -613,6 +613,7 @@ Status Run::pass(bool* progress, bool alone) {
     }
   }
   // After the sends: what this pass handed over is counted.
+  const size_t unsentBefore = unsent_;
   unsent_ = 0;
   for (const auto& [slot, ch] : driven_) {
     PeerRun& p = peers_[slot];
@@ -620,6 +621,7 @@ Status Run::pass(bool* progress, bool alone) {
     if (!idle) return peerFailure(p, idle.status(), "sending to ");
     if (!*idle) ++unsent_;
   }
+  if (unsent_ < unsentBefore) *progress = true;
   return Status::ok();
 }
 

@@ -78,6 +78,8 @@ int countOf(const std::string& text, const std::string& what) {
   return n;
 }
 
+// (The plugin's own lines come at its load, once per process: ctest runs
+// each test in a process of its own.)
 TEST(NetPlugin, EachPeerIsLoggedWithThePluginsName) {
   const std::string log = ::testing::TempDir() + "tutti_netplugin_" + std::to_string(getpid());
   {
@@ -122,6 +124,34 @@ TEST(NetPlugin, SharedMemoryStillCarriesPeersOnTheHost) {
   EXPECT_EQ(countOf(text, "via TestSock"), 0) << text;
 }
 
+// A plugin NCCL_NET_PLUGIN names but that cannot load is a WARN, and TCP
+// carries the peers (as NCCL falls back to its own networks).
+TEST(NetPlugin, APluginThatCannotLoadFallsBackToTcpWithAWarning) {
+  const std::string log = ::testing::TempDir() + "tutti_netplugin_miss_" + std::to_string(getpid());
+  {
+    Env env({{"NCCL_SHM_DISABLE", "1"},
+             {"NCCL_NET_PLUGIN", "no-such-net"},
+             {"NCCL_DEBUG", "INFO"},
+             {"NCCL_DEBUG_SUBSYS", "NET"},
+             {"NCCL_DEBUG_FILE", log.c_str()}});
+    log::reset();
+    runRanks(2, [](int, ncclComm_t comm) {
+      int32_t x = 5, y = 0;
+      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(y, 10);
+    });
+  }
+  log::reset();
+  const std::string text = readAll(log);
+  std::remove(log.c_str());
+  EXPECT_EQ(countOf(text,
+                    "WARN NCCL_NET_PLUGIN=no-such-net: cannot load the net plugin "
+                    "(libnccl-net-no-such-net.so: "),
+            1)
+      << text;
+  EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via tcp"), 1) << text;
+}
+
 // The network a rank is told to use must exist: a clear error at creation.
 TEST(NetPlugin, AnUnknownNcclNetFailsCreationNamingWhatThereIs) {
   for (const char* plugin : {kPlugin, "none"}) {
@@ -146,12 +176,14 @@ TEST(NetPlugin, AnUnknownNcclNetFailsCreationNamingWhatThereIs) {
     EXPECT_NE(err.find("NCCL_NET=Bogus: no network of that name (available: Socket"),
               std::string::npos)
         << err;
-    if (std::string(plugin) != "none") EXPECT_NE(err.find("TestSock"), std::string::npos) << err;
+    if (std::string(plugin) != "none") {
+      EXPECT_NE(err.find("TestSock"), std::string::npos) << err;
+    }
   }
 }
 
 TEST(NetPlugin, TuttiNetNamesATransportThisBuildLacks) {
-  Env env({{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_NET", "ucx"}});
+  Env env({{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_NET", "ibverbs"}});
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclResult_t rc1 = ncclSuccess;
@@ -167,8 +199,10 @@ TEST(NetPlugin, TuttiNetNamesATransportThisBuildLacks) {
   if (rc0 == ncclSuccess) ncclCommDestroy(comm);
   EXPECT_EQ(rc0, ncclInvalidArgument);
   EXPECT_EQ(rc1, ncclInvalidArgument);
-  EXPECT_NE(err.find("TUTTI_NET=ucx: this build of tutti has no ucx transport"), std::string::npos)
+  EXPECT_NE(err.find("TUTTI_NET=ibverbs: this installation of tutti has no ibverbs transport"),
+            std::string::npos)
       << err;
+  EXPECT_NE(err.find("libtutti-net-ibverbs.so not found"), std::string::npos) << err;
 }
 
 // TUTTI_NET=tcp wins over a loaded plugin.

@@ -247,8 +247,11 @@ class PluginComm final : public NetComm {
     Status st = p_->check(
         p_->call([&](auto* t) { return t->regMr(recv_, base, bytes, type, &r->handles[1]); }),
         "regMr");
-    regions_.push_back(std::move(r));  // deregistered by the destructor, also half-done
-    if (!st) return st;
+    if (!st) {  // nothing half-registered stays in the cache
+      p_->call([&](auto* t) { return t->deregMr(send_, r->handles[0]); });
+      return st;
+    }
+    regions_.push_back(std::move(r));
     return regions_.back().get();
   }
 
