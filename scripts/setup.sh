@@ -21,11 +21,13 @@ cd "$(dirname "$0")/.."
 #   (spirv-tools validates it); its kernels are tested on the CPU under PoCL
 #   through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
 #   clinfo shows the platform).
+# - UCX network plugin (transports/ucx, TUTTI_NET=ucx): libucx-dev; ucx-utils
+#   (ucx_info) to see which UCX transports a machine has.
 PKGS=(build-essential cmake pkg-config libhwloc-dev libhwloc-plugins libfmt-dev libgtest-dev
       googletest libbenchmark-dev iproute2 procps libopenmpi-dev openmpi-bin
       nlohmann-json3-dev python3-matplotlib python3-torch libtorch-dev pybind11-dev
       libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
-      opencl-c-headers clinfo)
+      opencl-c-headers clinfo libucx-dev ucx-utils)
 
 missing=()
 for p in "${PKGS[@]}"; do

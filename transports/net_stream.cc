@@ -27,6 +27,9 @@ class StreamConnection final : public Connection {
  public:
   StreamConnection(std::unique_ptr<NetComm> comm, std::string name)
       : comm_(std::move(comm)), name_(std::move(name)) {}
+  // The comm first: closing it may still let the transport write into the
+  // receive slots (until it has cancelled what was posted there).
+  ~StreamConnection() override { comm_.reset(); }
 
   Status init(size_t bufferBytes, const std::string& peer) {
     slotBytes_ = std::clamp(bufferBytes / kSlots, kMinSlotBytes, comm_->maxMessageBytes());

@@ -560,7 +560,13 @@ Status Comm::chooseNetwork() {
           "TUTTI_NET={}: this installation of tutti has no {} transport ({}); use TUTTI_NET=tcp, "
           "or an NCCL net plugin (NCCL_NET_PLUGIN)",
           tuttiNet, tuttiNet, path.status().message()));
-    auto plugin = transport::ncclnet::loadPlugin(*path);
+    // The interfaces tutti's TCP would use: NCCL_SOCKET_IFNAME, else
+    // loopback when every rank is on this host, else the bootstrap's.
+    transport::ncclnet::PluginOptions options;
+    options.ifname = params::getStr("NCCL_SOCKET_IFNAME", "");
+    if (options.ifname.empty())
+      options.ifname = allOnOneHost() ? "=lo" : "=" + bootstrap_->interfaceName();
+    auto plugin = transport::ncclnet::loadPlugin(*path, options);
     if (!plugin) return plugin.status().withContext("TUTTI_NET=" + tuttiNet);
     net_ = transport::makeStreamTransport(*plugin);
     return Status::ok();
@@ -582,8 +588,7 @@ Status Comm::chooseNetwork() {
   if (!plugin) {
     if (!ncclNet.empty()) return plugin.status().withContext("NCCL_NET=" + ncclNet);
     if (rank_ == 0)
-      TUTTI_WARN("{}; peers that shared memory does not carry use TCP",
-                 plugin.status().message());
+      TUTTI_WARN("{}; peers that shared memory does not carry use TCP", plugin.status().message());
     return Status::ok();
   }
   transport::NetTransport* net = *plugin;

@@ -301,6 +301,11 @@ enum class Path {
   // inside a node, hierarchical algorithms).
   kNetPlugin,
   kNetPluginHierarchical,
+  // Every peer through tutti's UCX plugin (TUTTI_NET=ucx), over UCX's tcp
+  // transport, and over its shared memory (with tcp for the connection
+  // set-up, which UCX 1.13 needs; docs/transports.md).
+  kUcxTcp,
+  kUcxSm,
 };
 
 // Ranks per pretend node for n ranks: unequal where possible.
@@ -315,8 +320,24 @@ TEST_P(Collectives, SampledMatrix) {
   const int n = std::get<0>(GetParam());
   const Path path = std::get<1>(GetParam());
   const bool plugin = path == Path::kNetPlugin || path == Path::kNetPluginHierarchical;
+  const bool ucx = path == Path::kUcxTcp || path == Path::kUcxSm;
   const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly ||
-                   path == Path::kTcpHierarchical || path == Path::kNetPlugin;
+                   path == Path::kTcpHierarchical || path == Path::kNetPlugin || ucx;
+#ifdef TUTTI_TEST_UCX_PLUGIN_DIR
+  if (ucx) {
+    setenv("TUTTI_PLUGIN_PATH", TUTTI_TEST_UCX_PLUGIN_DIR, 1);
+    setenv("TUTTI_NET", "ucx", 1);
+    setenv("UCX_MEM_EVENTS", "no", 1);  // UCX's memory hooks and ThreadSanitizer
+    setenv("UCX_TLS", path == Path::kUcxTcp ? "tcp" : "sm,self,tcp", 1);
+    if (path == Path::kUcxSm) {
+      // Shared memory with the peer-failure mode the plugin asks for.
+      setenv("UCX_POSIX_ERROR_HANDLING", "y", 1);
+      setenv("UCX_SYSV_ERROR_HANDLING", "y", 1);
+    }
+  }
+#else
+  if (ucx) GTEST_SKIP() << "the UCX plugin is not built (libucx-dev missing at configure time)";
+#endif
   const bool ringOnly = path == Path::kShmRingOnly || path == Path::kTcpRingOnly;
   const bool twoLevel = path == Path::kShmHierarchical || path == Path::kShm2DRing ||
                         path == Path::kTcpHierarchical || path == Path::kNetPluginHierarchical;
@@ -348,6 +369,9 @@ TEST_P(Collectives, SampledMatrix) {
   unsetenv("NCCL_ALGO");
   unsetenv("NCCL_NET_PLUGIN");
   unsetenv("NCCL_NET");
+  for (const char* v : {"TUTTI_PLUGIN_PATH", "TUTTI_NET", "UCX_TLS", "UCX_POSIX_ERROR_HANDLING",
+                        "UCX_SYSV_ERROR_HANDLING"})
+    unsetenv(v);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shm, Collectives,
@@ -377,6 +401,12 @@ INSTANTIATE_TEST_SUITE_P(TcpRingOnly, Collectives,
 INSTANTIATE_TEST_SUITE_P(NetPlugin, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
                                             ::testing::Values(Path::kNetPlugin)));
+INSTANTIATE_TEST_SUITE_P(UcxTcp, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(Path::kUcxTcp)));
+INSTANTIATE_TEST_SUITE_P(UcxSm, Collectives,
+                         ::testing::Combine(::testing::Values(2, 3, 5),
+                                            ::testing::Values(Path::kUcxSm)));
 INSTANTIATE_TEST_SUITE_P(NetPluginHierarchical, Collectives,
                          ::testing::Combine(::testing::Values(4, 7),
                                             ::testing::Values(Path::kNetPluginHierarchical)));

@@ -398,7 +398,7 @@ std::map<std::string, Loaded>& loadedPlugins() {
   return *m;
 }
 
-Result<std::unique_ptr<Plugin>> load(const std::string& setting) {
+Result<std::unique_ptr<Plugin>> load(const std::string& setting, const PluginOptions& options) {
   void* lib = nullptr;
   auto opened = openLibrary(setting, &lib);
   if (!lib) {
@@ -407,6 +407,14 @@ Result<std::unique_ptr<Plugin>> load(const std::string& setting) {
         fmt::format("NCCL_NET_PLUGIN={}: cannot load the net plugin ({})", setting, *opened));
   }
   const std::string path = *opened;
+  if (auto setOption = reinterpret_cast<TuttiNetSetOption>(dlsym(lib, kTuttiNetSetOptionSymbol))) {
+    if (!options.ifname.empty()) {
+      NetResult r = setOption("ifname", options.ifname.c_str());
+      if (r != kNetSuccess)
+        TUTTI_WARN("net plugin {}: option ifname={} refused ({}); it chooses its interfaces itself",
+                   path, options.ifname, resultName(r));
+    }
+  }
   static const std::pair<int, const char*> kSymbols[] = {
       {10, "ncclNetPlugin_v10"}, {9, "ncclNetPlugin_v9"}, {8, "ncclNetPlugin_v8"}};
   for (const auto& [version, sym] : kSymbols) {
@@ -432,14 +440,14 @@ Result<std::unique_ptr<Plugin>> load(const std::string& setting) {
 
 std::string pluginSetting() { return params::getStr("NCCL_NET_PLUGIN", ""); }
 
-Result<NetTransport*> loadPlugin(const std::string& setting) {
+Result<NetTransport*> loadPlugin(const std::string& setting, const PluginOptions& options) {
   if (setting == "none") return static_cast<NetTransport*>(nullptr);
   std::lock_guard<std::mutex> lk(gMu);
   auto& m = loadedPlugins();
   auto it = m.find(setting);
   if (it == m.end()) {
     Loaded l;
-    auto p = load(setting);
+    auto p = load(setting, options);
     if (p)
       l.plugin = std::move(p.value());
     else

@@ -21,11 +21,18 @@ namespace tutti::transport::ncclnet {
 // The NCCL_NET_PLUGIN value in effect ("" when unset).
 std::string pluginSetting();
 
+// What tutti tells a plugin that exports tuttiNetSetOption (net_abi.h)
+// before its init; empty fields are not passed. A plugin is initialised once
+// per process: the first load's options stay.
+struct PluginOptions {
+  std::string ifname;
+};
+
 // The plugin `setting` names (pluginSetting()'s syntax), loaded on the first
 // call and the same object afterwards. nullptr with an ok status: no plugin
 // (unset and no libnccl-net.so, or "none"). An error says what was tried and
 // why it failed (not found, no table of a supported version, init failed, no
 // devices); it is cached too.
-Result<NetTransport*> loadPlugin(const std::string& setting);
+Result<NetTransport*> loadPlugin(const std::string& setting, const PluginOptions& options = {});
 
 }  // namespace tutti::transport::ncclnet

@@ -196,6 +196,16 @@ struct NetV10 {
   NetResult (*makeVDevice)(int* d, NetVDeviceProps* props);
 };
 
+// tutti's extension for its own plugins (lib/tutti/libtutti-net-<name>.so):
+// an optional export, called before init() once per option. Options:
+// "ifname", the network interfaces to use, in NCCL_SOCKET_IFNAME's syntax
+// (loopback when every rank is on one host, as tutti's TCP). A plugin that
+// does not know an option returns an error; tutti goes on without it.
+extern "C" {
+typedef NetResult (*TuttiNetSetOption)(const char* key, const char* value);
+}
+constexpr const char* kTuttiNetSetOptionSymbol = "tuttiNetSetOption";
+
 // The layouts NVIDIA's headers give on LP64 (x86-64, aarch64).
 static_assert(sizeof(NetDeviceHandle) == 32, "ncclNetDeviceHandle layout");
 static_assert(sizeof(NetPropertiesV8) == 64, "ncclNetProperties_v8_t layout");
