@@ -88,7 +88,7 @@ bool ipcExpected(int n) {
   };
   const bool faults = set("XPU_EMU_FAIL_IPC_EXPORT", "2") || set("XPU_EMU_FAIL_IPC_IMPORT", "2");
   return n >= 2 && be.isOk() && !be.value()->hostOnly() && be.value()->hasIpc() &&
-         !set("TUTTI_DEVICE_IPC", "0") && !faults;
+         !set("TUTTI_DEVICE_IPC", "0") && !set("NCCL_SHM_DISABLE", "1") && !faults;
 }
 
 // Every collective, in and out of place, on 1, 2, 3 and 5 ranks.
