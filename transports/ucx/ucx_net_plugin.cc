@@ -690,10 +690,10 @@ NetResult ucxInit(NetLogger logger) {
   if (context() != nullptr) return kNetSuccess;
 
   const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
-  const char* ifSource = "NCCL_SOCKET_IFNAME";
+  const char* ifSource = "NCCL_SOCKET_IFNAME=";
   if (g_ifOption[0] != '\0') {
     ifname = g_ifOption;
-    ifSource = "tutti";
+    ifSource = "tutti's ifname option ";
   }
   if (ifname != nullptr && *ifname == '\0') ifname = nullptr;
   NetResult r = chooseListenAddress(ifname);
@@ -712,7 +712,7 @@ NetResult ucxInit(NetLogger logger) {
     if (netDevices[0] != '\0') {
       st = ucp_config_modify(config, "NET_DEVICES", netDevices);
       if (st != UCS_OK) {
-        UCXN_WARN("ucx: setting UCX NET_DEVICES=%s (from %s=%s) failed: %s", netDevices, ifSource,
+        UCXN_WARN("ucx: setting UCX NET_DEVICES=%s (from %s%s) failed: %s", netDevices, ifSource,
                   ifname, ucs_status_string(st));
         ucp_config_release(config);
         return kNetInternalError;
@@ -733,7 +733,7 @@ NetResult ucxInit(NetLogger logger) {
   }
   __atomic_store_n(&g_ctx, ctx, __ATOMIC_RELEASE);
   if (netDevices[0] != '\0') {
-    UCXN_INFO("ucx: init, UCX %s; listening on %s (%s); UCX NET_DEVICES=%s from %s=%s",
+    UCXN_INFO("ucx: init, UCX %s; listening on %s (%s); UCX NET_DEVICES=%s from %s%s",
               ucp_get_version_string(), g_listenAddrStr, g_listenIf, netDevices, ifSource, ifname);
   } else {
     UCXN_INFO("ucx: init, UCX %s; listening on %s (%s)", ucp_get_version_string(), g_listenAddrStr,
