@@ -57,6 +57,7 @@ RUN=(
   "docs/tutti-perf.md|mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/performance.md|bash bench/async/run.sh --trials 2 --late-ms 200 --abort-bytes 64M --abort-delay-ms 2"
   "docs/performance.md|bash bench/group/run.sh --reps 1 --iters 200"
+  "docs/performance.md|bash bench/net/run.sh --reps 1 -e 1M"
   "docs/transports.md|NCCL_SHM_DISABLE=1 TUTTI_NET=ucx UCX_TLS=tcp build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
   "docs/transports.md|NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=\$PWD/build/tests/netplugin/libnccl-net-tsock.so NCCL_NET=TestSock build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
 )
