@@ -78,23 +78,36 @@ int countOf(const std::string& text, const std::string& what) {
   return n;
 }
 
-// (The plugin's own lines come at its load, once per process: ctest runs
-// each test in a process of its own.)
-TEST(NetPlugin, EachPeerIsLoggedWithThePluginsName) {
-  const std::string log = ::testing::TempDir() + "tutti_netplugin_" + std::to_string(getpid());
+// n ranks each create a communicator under `settings` and run one checked
+// all-reduce; returns what tutti logged at INFO for subsystem NET.
+std::string allReduceLogged(int n, std::vector<std::pair<const char*, const char*>> settings) {
+  static int calls = 0;
+  const std::string log = ::testing::TempDir() + "tutti_netplugin_" + std::to_string(getpid()) +
+                          "." + std::to_string(calls++);
+  settings.insert(
+      settings.end(),
+      {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "NET"}, {"NCCL_DEBUG_FILE", log.c_str()}});
   {
-    Env env = pluginEnv(
-        {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "NET"}, {"NCCL_DEBUG_FILE", log.c_str()}});
+    Env env(settings);
     log::reset();
-    runRanks(3, [](int, ncclComm_t comm) {
-      int32_t x = 1, y = 0;
-      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
-      EXPECT_EQ(y, 3);
+    runRanks(n, [n](int r, ncclComm_t comm) {
+      int32_t x = r + 1, y = 0;
+      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
+          << ncclGetLastError(comm);
+      EXPECT_EQ(y, n * (n + 1) / 2);
     });
   }
   log::reset();
   const std::string text = readAll(log);
   std::remove(log.c_str());
+  return text;
+}
+
+// (The plugin's own lines come at its load, once per process: ctest runs
+// each test in a process of its own.)
+TEST(NetPlugin, EachPeerIsLoggedWithThePluginsName) {
+  const std::string text = allReduceLogged(
+      3, {{"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET_PLUGIN", kPlugin}, {"NCCL_NET", "TestSock"}});
   // Rank 0's ring neighbours (1 and 2), and the plugin's own log line.
   EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via TestSock"), 1) << text;
   EXPECT_EQ(countOf(text, "rank 0 -> rank 2 via TestSock"), 1) << text;
@@ -104,22 +117,7 @@ TEST(NetPlugin, EachPeerIsLoggedWithThePluginsName) {
 
 // Shared memory stays the transport of peers on the host unless it is off.
 TEST(NetPlugin, SharedMemoryStillCarriesPeersOnTheHost) {
-  const std::string log = ::testing::TempDir() + "tutti_netplugin_shm_" + std::to_string(getpid());
-  {
-    Env env({{"NCCL_NET_PLUGIN", kPlugin},
-             {"NCCL_DEBUG", "INFO"},
-             {"NCCL_DEBUG_SUBSYS", "NET"},
-             {"NCCL_DEBUG_FILE", log.c_str()}});
-    log::reset();
-    runRanks(2, [](int, ncclComm_t comm) {
-      int32_t x = 2, y = 0;
-      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
-      EXPECT_EQ(y, 4);
-    });
-  }
-  log::reset();
-  const std::string text = readAll(log);
-  std::remove(log.c_str());
+  const std::string text = allReduceLogged(2, {{"NCCL_NET_PLUGIN", kPlugin}});
   EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via shm"), 1) << text;
   EXPECT_EQ(countOf(text, "via TestSock"), 0) << text;
 }
@@ -127,23 +125,8 @@ TEST(NetPlugin, SharedMemoryStillCarriesPeersOnTheHost) {
 // A plugin NCCL_NET_PLUGIN names but that cannot load is a WARN, and TCP
 // carries the peers (as NCCL falls back to its own networks).
 TEST(NetPlugin, APluginThatCannotLoadFallsBackToTcpWithAWarning) {
-  const std::string log = ::testing::TempDir() + "tutti_netplugin_miss_" + std::to_string(getpid());
-  {
-    Env env({{"NCCL_SHM_DISABLE", "1"},
-             {"NCCL_NET_PLUGIN", "no-such-net"},
-             {"NCCL_DEBUG", "INFO"},
-             {"NCCL_DEBUG_SUBSYS", "NET"},
-             {"NCCL_DEBUG_FILE", log.c_str()}});
-    log::reset();
-    runRanks(2, [](int, ncclComm_t comm) {
-      int32_t x = 5, y = 0;
-      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
-      EXPECT_EQ(y, 10);
-    });
-  }
-  log::reset();
-  const std::string text = readAll(log);
-  std::remove(log.c_str());
+  const std::string text =
+      allReduceLogged(2, {{"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET_PLUGIN", "no-such-net"}});
   EXPECT_EQ(countOf(text,
                     "WARN NCCL_NET_PLUGIN=no-such-net: cannot load the net plugin "
                     "(libnccl-net-no-such-net.so: "),
@@ -207,24 +190,8 @@ TEST(NetPlugin, TuttiNetNamesATransportThisBuildLacks) {
 
 // TUTTI_NET=tcp wins over a loaded plugin.
 TEST(NetPlugin, TuttiNetTcpWinsOverThePlugin) {
-  const std::string log = ::testing::TempDir() + "tutti_netplugin_tcp_" + std::to_string(getpid());
-  {
-    Env env({{"NCCL_SHM_DISABLE", "1"},
-             {"NCCL_NET_PLUGIN", kPlugin},
-             {"TUTTI_NET", "tcp"},
-             {"NCCL_DEBUG", "INFO"},
-             {"NCCL_DEBUG_SUBSYS", "NET"},
-             {"NCCL_DEBUG_FILE", log.c_str()}});
-    log::reset();
-    runRanks(2, [](int, ncclComm_t comm) {
-      int32_t x = 3, y = 0;
-      ASSERT_EQ(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
-      EXPECT_EQ(y, 6);
-    });
-  }
-  log::reset();
-  const std::string text = readAll(log);
-  std::remove(log.c_str());
+  const std::string text = allReduceLogged(
+      2, {{"NCCL_SHM_DISABLE", "1"}, {"NCCL_NET_PLUGIN", kPlugin}, {"TUTTI_NET", "tcp"}});
   EXPECT_EQ(countOf(text, "rank 0 -> rank 1 via tcp"), 1) << text;
   EXPECT_EQ(countOf(text, "via TestSock"), 0) << text;
 }
