@@ -699,6 +699,12 @@ NetResult ucxInit(NetLogger logger) {
   NetResult r = chooseListenAddress(ifname);
   if (r != kNetSuccess) return r;
 
+  // UCX 1.13's tcp transport aborts the process on an internal assertion
+  // (tcp_ep.c: UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK) when a peer dies during a
+  // PUT-zcopy rendezvous: the survivors must get an error instead. Its PUT
+  // path stays off unless the user asks for it (UCX reads this when the
+  // config is read, just below; init runs once, under g_initMu).
+  setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) {
