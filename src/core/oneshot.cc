@@ -494,8 +494,19 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
     waiting.push_back(q);
   }
   const char* what = algo::collectiveName(op.coll);
+  // Whether this rank still waits for q. Asked again once q is seen gone: q
+  // may have acked or published (and then left) after the list above was
+  // made, and what it wrote before leaving is visible once its state is
+  // (the state is read with acquire, written last).
+  auto stillWaiting = [&](int q) {
+    return op.readsDone ? !acked(q, seq) : !published(q, cls, seq);
+  };
   for (int q : waiting) {
     uint32_t state = seg_->state(q);
+    if ((state == ArenaSegment::kAborted || state == ArenaSegment::kFailed ||
+         state == ArenaSegment::kClosed) &&
+        !stillWaiting(q))
+      continue;
     if (state == ArenaSegment::kAborted) {
       // No notice follows (the aborted rank sends none): say it now.
       return comm_->peerAbortedError(
@@ -514,7 +525,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
           "operation {}): the ranks called collectives in a different order or number",
           comm_->describePeer(q), what, seq));
     }
-    if (transport::shm::processDead(static_cast<pid_t>(comm_->peer(q).pid))) {
+    if (transport::shm::processDead(static_cast<pid_t>(comm_->peer(q).pid)) && stillWaiting(q)) {
       return remoteError(
           fmt::format("{} is gone: its process no longer exists (seen from rank {} "
                       "waiting in {}, one-shot path)",
