@@ -21,12 +21,16 @@ cd "$(dirname "$0")/.."
 #   (spirv-tools validates it); its kernels are tested on the CPU under PoCL
 #   through OpenCL (pocl-opencl-icd, ocl-icd-opencl-dev, opencl-c-headers;
 #   clinfo shows the platform).
+# - libsodium-dev: the keyed challenge-response of every connection (required).
+# - Fuzzing (tests/fuzz, scripts/fuzz.sh, ctest fuzz.short): clang-14 and
+#   libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes; clang-14
+#   only recommends it).
 # - UCX network plugin (transports/ucx, TUTTI_NET=ucx): libucx-dev; ucx-utils
 #   (ucx_info) to see which UCX transports a machine has.
-PKGS=(build-essential cmake pkg-config libhwloc-dev libhwloc-plugins libfmt-dev libgtest-dev
+PKGS=(build-essential cmake pkg-config libsodium-dev libhwloc-dev libhwloc-plugins libfmt-dev libgtest-dev
       googletest libbenchmark-dev iproute2 procps libopenmpi-dev openmpi-bin
       nlohmann-json3-dev python3-matplotlib python3-torch libtorch-dev pybind11-dev
-      libze-dev clang-14 llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
+      libze-dev clang-14 libclang-rt-14-dev llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
       opencl-c-headers clinfo libucx-dev ucx-utils)
 
 missing=()

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -48,6 +49,28 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> parseConfigText(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string line(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = trim(line.substr(0, eq));
+    std::string val = trim(line.substr(eq + 1));
+    if (key.empty()) continue;
+    out.emplace_back(std::move(key), std::move(val));
+  }
+  return out;
+}
+
+namespace {
+
 // `namedBy`: the variable that names this file (its absence is then an error
 // worth a warning); nullptr for the default locations, which may be missing.
 void loadFile(const std::string& path, const char* namedBy) {
@@ -58,18 +81,10 @@ void loadFile(const std::string& path, const char* namedBy) {
                                    ")");
     return;
   }
-  std::string line;
-  while (std::getline(in, line)) {
-    auto hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = trim(line.substr(0, eq));
-    std::string val = trim(line.substr(eq + 1));
-    if (key.empty()) continue;
-    state().file.emplace(key,
-                         Setting{val, path});  // first file read wins (highest precedence first)
-  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The first file read wins (highest precedence first).
+  for (auto& [key, val] : parseConfigText(text))
+    state().file.emplace(std::move(key), Setting{std::move(val), path});
 }
 
 void ensureLoaded() {
@@ -257,7 +272,10 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_TEST_THROTTLE", false, Effect::kHonoured, "testing: throttle one channel"},
     {"TUTTI_TOPO_FILE", false, Effect::kHonoured, "hwloc XML topology instead of discovery"},
     {"TUTTI_TOPO_DUMP_FILE", false, Effect::kHonoured, "write the topology as hwloc XML"},
-    {"TUTTI_BOOTSTRAP_SECRET", false, Effect::kHonoured, "mixed into the NCCL_COMM_ID secret"},
+    {"TUTTI_BOOTSTRAP_SECRET", false, Effect::kHonoured,
+     "with NCCL_COMM_ID: the secret every connection's key is derived from"},
+    {"TUTTI_BOOTSTRAP_SECRET_FILE", false, Effect::kHonoured,
+     "with NCCL_COMM_ID: a file whose bytes the key is derived from"},
     {"TUTTI_PLUGIN_PATH", false, Effect::kHonoured, "plugin search directories"},
     {"TUTTI_BACKEND_PLUGIN", false, Effect::kHonoured, "the process's device backend"},
     {"TUTTI_DEVICE_IPC", false, Effect::kHonoured, "0: stage device collectives through host"},
@@ -329,7 +347,10 @@ std::optional<int64_t> parseInt(const std::string& raw) {
     if (*end == 'B' || *end == 'b') ++end;
     if (*end) return std::nullopt;
   }
-  return static_cast<int64_t>(v) * mult;
+  const int64_t value = static_cast<int64_t>(v);
+  // "9223372036854775807K" does not fit: malformed, not wrapped around.
+  if (value > INT64_MAX / mult || value < INT64_MIN / mult) return std::nullopt;
+  return value * mult;
 }
 
 std::string formatSize(int64_t bytes) {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tutti::params {
@@ -40,6 +42,11 @@ std::string getStr(const char* name, const std::string& dflt);
 bool getBool(const char* name, bool dflt);
 // Parses "123", "4K", "2M", "1G"; nullopt when malformed. Exposed for tests.
 std::optional<int64_t> parseInt(const std::string& s);
+// The settings of a config file's text, in file order: one per line
+// "NAME=VALUE" ('#' starts a comment; NAME and VALUE trimmed of white space;
+// lines without '=' or with an empty NAME ignored). Pure; exposed for tests
+// and tests/fuzz/config_file_fuzz.cc.
+std::vector<std::pair<std::string, std::string>> parseConfigText(std::string_view text);
 // The value and its origin, without recording the lookup or logging: for the
 // logger's own settings (NCCL_DEBUG*), which it reads while configuring itself.
 std::optional<Setting> lookup(const char* name);

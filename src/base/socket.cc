@@ -146,12 +146,6 @@ int preferredFamily() {
   return AF_UNSPEC;
 }
 
-bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n) {
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < n; ++i) diff = diff | static_cast<uint8_t>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 bool interfacePinned() { return params::get("NCCL_SOCKET_IFNAME").has_value(); }
 
 namespace {
@@ -221,6 +215,39 @@ Result<SockAddr> selectInterface(std::string* ifName) {
     return invalidArgument("NCCL_SOCKET_IFNAME='" + *spec + "' matches no usable interface");
   if (ifName) *ifName = "lo";
   return loopbackAddr(family == AF_INET6 ? AF_INET6 : AF_INET);
+}
+
+Result<SockAddr> routeTo(const SockAddr& dest, std::string* ifName) {
+  // A datagram socket's connect() picks the route and the source address
+  // and sends nothing.
+  int fd = ::socket(dest.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoError("socket", errno);
+  Socket s(fd);
+  SockAddr to = dest;
+  if (to.port() == 0) to.setPort(9);
+  if (::connect(fd, to.sa(), to.len) != 0) return errnoError("no route to " + dest.str(), errno);
+  SockAddr local;
+  local.len = sizeof(local.ss);
+  if (getsockname(fd, local.sa(), &local.len) != 0) return errnoError("getsockname", errno);
+  local.setPort(0);
+  std::string name;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i && name.empty(); i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != local.family()) continue;
+      const bool same =
+          local.family() == AF_INET
+              ? reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr ==
+                    reinterpret_cast<const sockaddr_in*>(&local.ss)->sin_addr.s_addr
+              : memcmp(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(&local.ss)->sin6_addr, 16) == 0;
+      if (same) name = i->ifa_name;
+    }
+    freeifaddrs(list);
+  }
+  if (name.empty()) return systemError("no interface holds " + local.str());
+  if (ifName) *ifName = name;
+  return local;
 }
 
 Clock::time_point deadlineIn(double seconds) {

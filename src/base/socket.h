@@ -45,13 +45,15 @@ SockAddr wildcardAddr(int family);
 // NCCL_SOCKET_FAMILY: AF_INET, AF_INET6 or AF_UNSPEC (unset; unknown values
 // are warned about and ignored).
 int preferredFamily();
-// Compares secrets in time independent of where they differ.
-bool constantTimeEqual(const uint8_t* a, const uint8_t* b, size_t n);
 // The address this process uses towards other hosts: NCCL_SOCKET_IFNAME
 // (prefix list, "^" excludes, "=" exact) and NCCL_SOCKET_FAMILY honoured; by
 // default the first up, non-loopback, non-docker interface, else loopback.
 // `ifName` receives the interface name.
 Result<SockAddr> selectInterface(std::string* ifName);
+// The local address (port 0) and interface the system would use to reach
+// `dest`: what a rank listens on when NCCL_SOCKET_IFNAME does not say (the
+// interface that reaches the root). Nothing is sent.
+Result<SockAddr> routeTo(const SockAddr& dest, std::string* ifName);
 // True when NCCL_SOCKET_IFNAME is set (the user pinned the interface).
 bool interfacePinned();
 
@@ -68,6 +70,12 @@ class Socket {
   int fd() const { return fd_; }
   bool valid() const { return fd_ >= 0; }
   void close();
+  // Gives up ownership of the descriptor.
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
 
   // Listens on `addr` (port 0: ephemeral); `bound` receives the actual address.
   static Result<Socket> listen(const SockAddr& addr, SockAddr* bound);

@@ -1,9 +1,10 @@
 #include "core/bootstrap.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "base/gate.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "base/thread.h"
@@ -23,16 +25,9 @@
 namespace tutti::core {
 namespace {
 
-constexpr uint32_t kHelloMagic = 0x54424f4f;  // root and peer hello
-constexpr uint32_t kFrameMagic = 0x54465241;
-constexpr uint32_t kPeerFlagWildcard = 1;
-constexpr uint16_t kIdRootWildcard = 2;
-
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+// How many payload bytes of unread control messages a rank holds before it
+// drops the connection that brings more (a peer sending what nobody reads).
+constexpr size_t kMaxMailboxBytes = size_t{64} << 20;
 
 // TUTTI_INIT_TIMEOUT: how long each rank's init waits for the others, and
 // how long a root waits for its first registration and then for the rest.
@@ -72,26 +67,63 @@ net::SockAddr fromWire(uint16_t family, uint16_t port, const uint8_t ip[16]) {
   return a;
 }
 
-bool secretEqual(const uint8_t* a, const uint8_t* b) {
-  return net::constantTimeEqual(a, b, kSecretBytes);
+auth::Key keyOf(const UniqueIdData& id) {
+  auth::Key k;
+  static_assert(sizeof(id.secret) == k.bytes.size());
+  memcpy(k.bytes.data(), id.secret, k.bytes.size());
+  return k;
 }
 
-struct Hello {
-  uint32_t magic;
-  int32_t rank;
-  uint8_t secret[kSecretBytes];
-};
+// The operator's key for NCCL_COMM_ID (bootstrap.h's contract); *noKey when
+// neither setting is there.
+Result<auth::Key> operatorKey(bool* noKey) {
+  *noKey = false;
+  auto text = params::get("TUTTI_BOOTSTRAP_SECRET");
+  auto file = params::get("TUTTI_BOOTSTRAP_SECRET_FILE");
+  if (text && !text->empty() && file && !file->empty())
+    return invalidArgument(
+        "both TUTTI_BOOTSTRAP_SECRET and TUTTI_BOOTSTRAP_SECRET_FILE are set: set one");
+  if (text && !text->empty()) return auth::deriveKey(*text);
+  if (file && !file->empty()) {
+    int fd = ::open(file->c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errnoError("TUTTI_BOOTSTRAP_SECRET_FILE=" + *file + ": open", errno);
+    struct stat sb {};
+    if (fstat(fd, &sb) == 0 && (sb.st_mode & 077))
+      TUTTI_WARN(
+          "TUTTI_BOOTSTRAP_SECRET_FILE={}: other users may read the key (mode {:o}); "
+          "chmod 600 it",
+          *file, sb.st_mode & 0777);
+    std::string bytes;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0 && bytes.size() < (1u << 16))
+      bytes.append(buf, static_cast<size_t>(n));
+    int err = errno;
+    ::close(fd);
+    if (n < 0) return errnoError("TUTTI_BOOTSTRAP_SECRET_FILE=" + *file + ": read", err);
+    // A trailing newline (echo secret > file) is not part of the secret.
+    while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == '\r')) bytes.pop_back();
+    if (bytes.empty()) return invalidArgument("TUTTI_BOOTSTRAP_SECRET_FILE=" + *file + " is empty");
+    return auth::deriveKey(bytes);
+  }
+  *noKey = true;
+  return auth::Key{};
+}
 
 struct RootRequest {
   int32_t rank;
   int32_t nranks;
   PeerInfo info;
 };
+static_assert(std::is_trivially_copyable_v<RootRequest>);
 
 struct RootReply {
   int32_t status;  // 0 ok, else error text follows
   uint32_t bytes;
+  uint64_t nonce;  // the communicator's (with status 0)
 };
+static_assert(sizeof(RootReply) == 16 && std::is_trivially_copyable_v<RootReply>);
+constexpr uint32_t kMaxRootErrorBytes = 4096;
 
 std::string rankList(const std::vector<int>& ranks) {
   std::string s;
@@ -107,6 +139,22 @@ std::string rankList(const std::vector<int>& ranks) {
   return s;
 }
 
+// Listens on `addr` and, when `withLoopback` and addr is not loopback, on
+// loopback of its family too (bootstrap.h's contract). `*loopbackPort`
+// receives the second listener's port (0: none).
+Status listenPair(const net::SockAddr& addr, bool withLoopback, net::Socket* main,
+                  net::SockAddr* bound, net::Socket* loopback, uint16_t* loopbackPort) {
+  TUTTI_ASSIGN_OR_RETURN(*main, net::Socket::listen(addr, bound));
+  *loopbackPort = 0;
+  if (withLoopback && !addr.isLoopback()) {
+    net::SockAddr lo = net::loopbackAddr(addr.family()), loBound;
+    lo.setPort(0);
+    TUTTI_ASSIGN_OR_RETURN(*loopback, net::Socket::listen(lo, &loBound));
+    *loopbackPort = loBound.port();
+  }
+  return Status::ok();
+}
+
 // The root of one unique id (bootstrap.h's contract): collects one
 // registration per rank, sends every rank the table, and ends; it ends early
 // when a registered rank hangs up or at its deadline, and tells the
@@ -115,8 +163,18 @@ std::string rankList(const std::vector<int>& ranks) {
 // reads no parameter and no static: its timeout is given here.
 class Root {
  public:
-  Root(net::Socket listener, std::string addr, const UniqueIdData& id, double timeoutSec)
-      : listener_(std::move(listener)), addr_(std::move(addr)), id_(id), timeoutSec_(timeoutSec) {}
+  Root(net::Socket listener, net::Socket loopback, std::string addr, const UniqueIdData& id,
+       double timeoutSec)
+      : listener_(std::move(listener)),
+        loopback_(std::move(loopback)),
+        addr_(std::move(addr)),
+        id_(id),
+        timeoutSec_(timeoutSec),
+        gate_(keyOf(id), auth::Purpose::kBootstrapRoot, {-1, 0}, auth::kAnyPeer,
+              "bootstrap root " + addr_) {
+    gate_.watch(listener_.fd());
+    if (loopback_.valid()) gate_.watch(loopback_.fd());
+  }
 
   // Ok once every rank has the table, or when nobody registered before the
   // deadline (nobody to tell); else why the communicator cannot be created.
@@ -125,15 +183,27 @@ class Root {
   void tellRegistered(const Status& why);
 
  private:
-  // Reads one registration from `s` (hello and request, until `deadline`)
-  // and keeps it, or answers why it is refused.
-  void admit(net::Socket s, net::Clock::time_point deadline);
+  // An authenticated connection whose registration is still arriving.
+  struct Joining {
+    net::Socket sock;
+    int32_t rank;  // as proven in the handshake
+    RootRequest req{};
+    size_t got = 0;
+    net::Clock::time_point deadline;
+  };
+  // Reads what has arrived of j's registration; false when j is finished
+  // with (registered, refused or gone).
+  bool readRegistration(Joining& j);
+  // Keeps a complete registration, or answers why it is refused.
+  void admit(Joining& j);
   static void replyError(net::Socket& s, const std::string& msg);
 
-  net::Socket listener_;
+  net::Socket listener_, loopback_;
   std::string addr_;  // where it listens, for the log
   UniqueIdData id_;
   double timeoutSec_;
+  net::Gate gate_;
+  std::vector<Joining> joining_;
   int nranks_ = -1;  // set by the first registration
   int count_ = 0;
   std::vector<net::Socket> conns_;  // per rank, once registered
@@ -141,10 +211,11 @@ class Root {
 };
 
 void Root::replyError(net::Socket& s, const std::string& msg) {
-  RootReply r{1, static_cast<uint32_t>(msg.size())};
+  std::string text = msg.substr(0, kMaxRootErrorBytes);
+  RootReply r{1, static_cast<uint32_t>(text.size()), 0};
   auto dl = net::deadlineIn(5);
   if (s.sendAll(&r, sizeof(r), dl, nullptr, "rank"))
-    (void)s.sendAll(msg.data(), msg.size(), dl, nullptr, "rank");
+    (void)s.sendAll(text.data(), text.size(), dl, nullptr, "rank");
 }
 
 void Root::tellRegistered(const Status& why) {
@@ -152,38 +223,54 @@ void Root::tellRegistered(const Status& why) {
     if (c.valid()) replyError(c, why.message());
 }
 
-void Root::admit(net::Socket s, net::Clock::time_point deadline) {
-  Hello h{};
-  if (!s.recvAll(&h, sizeof(h), deadline, nullptr, "hello") || h.magic != kHelloMagic ||
-      !secretEqual(h.secret, id_.secret)) {
-    TUTTI_INFO(log::kBootstrap, "bootstrap root: dropped a connection without a valid hello");
-    return;
+bool Root::readRegistration(Joining& j) {
+  for (;;) {
+    ssize_t n = ::recv(j.sock.fd(), reinterpret_cast<uint8_t*>(&j.req) + j.got,
+                       sizeof(j.req) - j.got, MSG_DONTWAIT);
+    if (n > 0) {
+      j.got += static_cast<size_t>(n);
+      if (j.got < sizeof(j.req)) continue;
+      admit(j);
+      return false;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (net::Clock::now() < j.deadline) return true;
+      TUTTI_INFO(log::kBootstrap, "bootstrap root {}: rank {} did not register in time", addr_,
+                 j.rank);
+    }
+    return false;  // closed, broken or late: dropped
   }
-  RootRequest req{};
-  if (!s.recvAll(&req, sizeof(req), deadline, nullptr, "registration")) return;
+}
+
+void Root::admit(Joining& j) {
+  const RootRequest& req = j.req;
+  if (req.rank != j.rank)
+    return replyError(j.sock, fmt::format("rank {} registered as rank {}", j.rank, req.rank));
   if (nranks_ < 0) {
-    if (req.nranks <= 0) return replyError(s, "invalid nranks " + std::to_string(req.nranks));
+    if (req.nranks <= 0) return replyError(j.sock, fmt::format("invalid nranks {}", req.nranks));
     nranks_ = req.nranks;
     conns_.resize(nranks_);
     infos_.resize(nranks_);
   }
   if (req.nranks != nranks_)
-    return replyError(s, fmt::format("rank {} says nranks={} but rank(s) before it said {}",
-                                     req.rank, req.nranks, nranks_));
+    return replyError(j.sock, fmt::format("rank {} says nranks={} but rank(s) before it said {}",
+                                          req.rank, req.nranks, nranks_));
   if (req.rank < 0 || req.rank >= nranks_)
-    return replyError(s, fmt::format("rank {} out of range [0, {})", req.rank, nranks_));
+    return replyError(j.sock, fmt::format("rank {} out of range [0, {})", req.rank, nranks_));
   if (conns_[req.rank].valid())
     return replyError(
-        s, fmt::format("rank {} joined twice (two processes were given the same rank)", req.rank));
+        j.sock,
+        fmt::format("rank {} joined twice (two processes were given the same rank)", req.rank));
   infos_[req.rank] = req.info;
-  conns_[req.rank] = std::move(s);
+  infos_[req.rank].hostname[sizeof(PeerInfo::hostname) - 1] = '\0';
+  conns_[req.rank] = std::move(j.sock);
   ++count_;
 }
 
 Status Root::serve() {
   auto deadline = net::deadlineIn(timeoutSec_);
   std::vector<pollfd> fds;
-  std::vector<int> fdRank;  // fds[k] is rank fdRank[k]'s connection (k >= 1)
   while (nranks_ < 0 || count_ < nranks_) {
     auto now = net::Clock::now();
     if (now >= deadline) {
@@ -203,38 +290,48 @@ Status Root::serve() {
       TUTTI_WARN("{}", msg);
       return remoteError(msg);
     }
-    fds.assign(1, pollfd{listener_.fd(), POLLIN, 0});
-    fdRank.assign(1, -1);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+    int timeoutMs = static_cast<int>(std::min<int64_t>(left, 1000));
+    fds.clear();
+    gate_.collect(&fds, &timeoutMs);
+    for (auto& j : joining_) fds.push_back({j.sock.fd(), POLLIN, 0});
+    const size_t connsAt = fds.size();
+    std::vector<int> fdRank;  // fds[connsAt + k] is rank fdRank[k]'s connection
     for (int r = 0; r < static_cast<int>(conns_.size()); ++r)
       if (conns_[r].valid()) {
         fds.push_back({conns_[r].fd(), POLLIN, 0});
         fdRank.push_back(r);
       }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
+    for (const auto& j : joining_)
+      timeoutMs = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(j.deadline - now).count() + 1, 0,
+          timeoutMs));
+    int rc = ::poll(fds.data(), fds.size(), timeoutMs);
     if (rc < 0 && errno != EINTR) return errnoError("bootstrap root: poll", errno);
-    if (rc <= 0) continue;
     // A registered rank sends nothing more: a readable connection has been
     // closed (its init failed or was aborted, or its process ended), and the
     // communicator can no longer be created.
-    for (size_t k = 1; k < fds.size(); ++k)
+    for (size_t k = connsAt; rc > 0 && k < fds.size(); ++k)
       if (fds[k].revents) {
+        int r = fdRank[k - connsAt];
         std::string msg = fmt::format(
             "bootstrap: rank {} left before every rank had joined ({} of {} had; its init failed "
             "or was aborted, or its process ended)",
-            fdRank[k], count_, nranks_);
+            r, count_, nranks_);
         TUTTI_WARN("{}", msg);
-        conns_[fdRank[k]].close();
+        conns_[r].close();
         return remoteError(msg);
       }
-    if (!(fds[0].revents & POLLIN)) continue;
-    auto acc = listener_.accept(net::deadlineIn(0.01), nullptr, "ranks to join");
-    if (!acc) continue;
+    for (auto& a : gate_.step())
+      joining_.push_back(
+          {std::move(a.sock), a.peer.rank, {}, 0, net::deadlineIn(auth::kHandshakeSeconds)});
     const bool first = nranks_ < 0;
-    admit(std::move(acc.value()), std::min(net::deadlineIn(5), deadline));
+    joining_.erase(std::remove_if(joining_.begin(), joining_.end(),
+                                  [&](Joining& j) { return !readRegistration(j); }),
+                   joining_.end());
     if (first && nranks_ > 0) deadline = net::deadlineIn(timeoutSec_);
   }
-  RootReply ok{0, static_cast<uint32_t>(nranks_ * sizeof(PeerInfo))};
+  RootReply ok{0, static_cast<uint32_t>(nranks_ * sizeof(PeerInfo)), id_.nonce};
   auto dl = net::deadlineIn(timeoutSec_);
   for (auto& c : conns_) {
     if (!c.sendAll(&ok, sizeof(ok), dl, nullptr, "rank")) continue;
@@ -243,11 +340,22 @@ Status Root::serve() {
   return Status::ok();
 }
 
-Status startRoot(const net::SockAddr& bindAddr, UniqueIdData* id) {
+// Starts the root of `id` listening on `bindAddr` (port 0: one the system
+// picks, written into id->port) and, with `withLoopback`, on loopback too
+// (id->loopbackPort). A root draws the communicator's nonce when the id has
+// none (NCCL_COMM_ID: every rank made its id alone).
+Status startRoot(const net::SockAddr& bindAddr, bool withLoopback, UniqueIdData* id) {
   net::SockAddr bound;
-  TUTTI_ASSIGN_OR_RETURN(net::Socket listener, net::Socket::listen(bindAddr, &bound));
+  net::Socket listener, loopback;
+  TUTTI_RETURN_IF_ERROR(
+      listenPair(bindAddr, withLoopback, &listener, &bound, &loopback, &id->loopbackPort));
   id->port = bound.port();
-  auto root = std::make_shared<Root>(std::move(listener), bound.str(), *id, initTimeout());
+  UniqueIdData served = *id;
+  while (served.nonce == 0) TUTTI_RETURN_IF_ERROR(auth::randomBytes(&served.nonce, 8));
+  std::string where = bound.str();
+  if (id->loopbackPort) where += fmt::format(" and loopback port {}", id->loopbackPort);
+  auto root = std::make_shared<Root>(std::move(listener), std::move(loopback), bound.str(), served,
+                                     initTimeout());
   auto serve = [root] { return root->serve(); };
   auto tell = [root](Status st) {
     if (!st) root->tellRegistered(st);
@@ -256,26 +364,25 @@ Status startRoot(const net::SockAddr& bindAddr, UniqueIdData* id) {
                          base::startThread("root", "bootstrap root thread (" + bound.str() + ")",
                                            std::move(serve), std::move(tell)));
   t.detach();
-  TUTTI_INFO(log::kBootstrap, "bootstrap root listening on {}", bound.str());
+  TUTTI_INFO(log::kBootstrap, "bootstrap root listening on {}", where);
   return Status::ok();
 }
 
 }  // namespace
 
 Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
-  UniqueIdData id{};
-  id.magic = kIdMagic;
-  id.version = 1;
   if (auto commId = params::get("NCCL_COMM_ID")) {
+    UniqueIdData id{};
+    id.magic = kIdMagic;
+    id.version = kIdVersion;
     TUTTI_ASSIGN_OR_RETURN(net::SockAddr addr, net::parseAddr(*commId));
     id.flags = kIdRootByRank0;
     toWire(addr, &id.family, &id.port, id.ip);
-    std::string seed = "tutti:" + *commId + ":" + params::getStr("TUTTI_BOOTSTRAP_SECRET", "");
-    for (size_t i = 0; i < kSecretBytes; i += 8) {
-      uint64_t h = fnv1a(seed.data(), seed.size(), 1469598103934665603ull + i);
-      memcpy(id.secret + i, &h, 8);
-    }
-    id.nonce = fnv1a(seed.data(), seed.size());
+    bool noKey = false;
+    TUTTI_ASSIGN_OR_RETURN(auth::Key key, operatorKey(&noKey));
+    if (noKey) id.flags |= kIdNoKey;
+    memcpy(id.secret, key.bytes.data(), kSecretBytes);
+    id.nonce = 0;  // drawn by the root (rank 0)
     memcpy(out, &id, sizeof(id));
     return Status::ok();
   }
@@ -285,21 +392,16 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]) {
 Status createFreshId(uint8_t out[kUniqueIdBytes]) {
   UniqueIdData id{};
   id.magic = kIdMagic;
-  id.version = 1;
-  if (getrandom(id.secret, kSecretBytes, 0) != static_cast<ssize_t>(kSecretBytes) ||
-      getrandom(&id.nonce, sizeof(id.nonce), 0) != sizeof(id.nonce))
-    return errnoError("getrandom", errno);
+  id.version = kIdVersion;
+  TUTTI_RETURN_IF_ERROR(auth::randomBytes(id.secret, kSecretBytes));
+  while (id.nonce == 0) TUTTI_RETURN_IF_ERROR(auth::randomBytes(&id.nonce, sizeof(id.nonce)));
   std::string ifName;
   TUTTI_ASSIGN_OR_RETURN(net::SockAddr ext, net::selectInterface(&ifName));
   id.rootHostId = topo::localHostId();
   net::SockAddr bindAddr = ext;
-  if (!net::interfacePinned()) {
-    bindAddr = net::wildcardAddr(ext.family());
-    id.flags |= kIdRootWildcard;
-  }
   bindAddr.setPort(0);
   toWire(ext, &id.family, &id.port, id.ip);
-  TUTTI_RETURN_IF_ERROR(startRoot(bindAddr, &id));
+  TUTTI_RETURN_IF_ERROR(startRoot(bindAddr, !net::interfacePinned(), &id));
   memcpy(out, &id, sizeof(id));
   return Status::ok();
 }
@@ -307,14 +409,23 @@ Status createFreshId(uint8_t out[kUniqueIdBytes]) {
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]) {
   UniqueIdData id;
   memcpy(&id, in, sizeof(id));
-  if (id.magic != kIdMagic || id.version != 1)
+  if (id.magic != kIdMagic)
     return invalidArgument(
         "ncclUniqueId was not produced by ncclGetUniqueId of this library (bad magic); was it "
         "copied intact to every rank?");
+  if (id.version != kIdVersion)
+    return invalidArgument(fmt::format(
+        "ncclUniqueId has version {}, this library reads version {}: do all ranks run the same "
+        "tutti release?",
+        id.version, kIdVersion));
+  if (id.family != AF_INET && id.family != AF_INET6)
+    return invalidArgument("ncclUniqueId names no root address (was it copied intact?)");
   return id;
 }
 
 net::Clock::time_point Bootstrap::deadline() const { return net::deadlineIn(timeoutSec_); }
+
+auth::Key Bootstrap::key() const { return keyOf(id_); }
 
 Result<std::unique_ptr<Bootstrap>> Bootstrap::init(const UniqueIdData& id, int rank, int nranks,
                                                    const std::atomic<bool>* abortFlag) {
@@ -328,28 +439,74 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::init(const UniqueIdData& id, int r
   return b;
 }
 
+Status Bootstrap::connectRoot(const net::SockAddr& rootAddr, net::Clock::time_point deadline,
+                              net::Socket* out) {
+  std::string what = "bootstrap root " + rootAddr.str();
+  const bool rootByRank0 = id_.flags & kIdRootByRank0;
+  auto connected = net::connectAuthenticated(
+      rootAddr, key(), auth::Purpose::kBootstrapRoot, {rank_, 0}, {-1, 0},
+      rootByRank0 ? deadline : std::min(deadline, net::deadlineIn(kRootRefusedSec)), abortFlag_,
+      what);
+  if (connected) {
+    *out = std::move(connected.value());
+    return Status::ok();
+  }
+  Status st = connected.status();
+  if (abortFlag_ && abortFlag_->load()) return st;
+  if (st.code() == Code::kInvalidUsage) return st;  // another key: nothing to add
+  return Status(
+      st.code(),
+      fmt::format("{}: {}", st.message(),
+                  rootByRank0
+                      ? "with NCCL_COMM_ID rank 0 runs the root during its init, until every rank "
+                        "has joined or TUTTI_INIT_TIMEOUT passes: is rank 0 running, and did this "
+                        "rank start in time?"
+                      : "the root of this unique id has ended: it serves one communicator and "
+                        "ends once every rank has joined (or one gave up), or TUTTI_INIT_TIMEOUT "
+                        "seconds after ncclGetUniqueId if nobody joins; this id has expired or "
+                        "was already used (each communicator needs a fresh ncclGetUniqueId, and "
+                        "its ranks must start their init in time)"));
+}
+
 Status Bootstrap::start() {
   auto deadline = this->deadline();
+  if (id_.flags & kIdNoKey) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      TUTTI_WARN(
+          "NCCL_COMM_ID is set but neither TUTTI_BOOTSTRAP_SECRET nor "
+          "TUTTI_BOOTSTRAP_SECRET_FILE: this job's connections are not authenticated, and any "
+          "process that can reach its addresses can join it or feed it data (docs/security.md)");
+  }
   // Rank 0 hosts the root when the id came from NCCL_COMM_ID.
   net::SockAddr rootAddr = fromWire(id_.family, id_.port, id_.ip);
   if ((id_.flags & kIdRootByRank0) && rank_ == 0) {
     UniqueIdData copy = id_;
     TUTTI_RETURN_IF_ERROR(
-        startRoot(rootAddr, &copy)
+        startRoot(rootAddr, false, &copy)
             .withContext("NCCL_COMM_ID=" + rootAddr.str() + ": rank 0 cannot listen there"));
   }
-  if ((id_.flags & kIdRootWildcard) && id_.rootHostId == topo::localHostId()) {
+  if (id_.loopbackPort != 0 && id_.rootHostId == topo::localHostId()) {
     rootAddr = net::loopbackAddr(rootAddr.family());
-    rootAddr.setPort(id_.port);
+    rootAddr.setPort(id_.loopbackPort);
   }
 
-  // Own listener for point-to-point control messages.
-  TUTTI_ASSIGN_OR_RETURN(localAddr_, net::selectInterface(&ifName_));
-  bool pinned = net::interfacePinned();
-  net::SockAddr bindAddr = pinned ? localAddr_ : net::wildcardAddr(localAddr_.family());
+  // Own listeners for point-to-point control messages, on the interface
+  // NCCL_SOCKET_IFNAME names, else on the one that reaches the root's
+  // advertised address (loopback when the root is there).
+  auto route = net::interfacePinned()
+                   ? Result<net::SockAddr>(invalidArgument("pinned"))
+                   : net::routeTo(fromWire(id_.family, id_.port, id_.ip), &ifName_);
+  if (route) {
+    localAddr_ = route.value();
+  } else {
+    TUTTI_ASSIGN_OR_RETURN(localAddr_, net::selectInterface(&ifName_));
+  }
+  net::SockAddr bindAddr = localAddr_, bound;
   bindAddr.setPort(0);
-  net::SockAddr bound;
-  TUTTI_ASSIGN_OR_RETURN(listener_, net::Socket::listen(bindAddr, &bound));
+  uint16_t loopbackPort = 0;
+  TUTTI_RETURN_IF_ERROR(listenPair(bindAddr, !net::interfacePinned(), &listener_, &bound,
+                                   &loopbackListener_, &loopbackPort));
   localAddr_.setPort(bound.port());
 
   RootRequest req{};
@@ -361,34 +518,11 @@ Status Bootstrap::start() {
   toWire(localAddr_, &req.info.family, &req.info.port, req.info.ip);
   snprintf(req.info.hostname, sizeof(req.info.hostname), "%s", topo::localHostName().c_str());
   req.info.nranks = nranks_;
-  req.info.reserved = pinned ? 0 : kPeerFlagWildcard;
+  req.info.loopbackPort = loopbackPort;
 
+  net::Socket root;
+  TUTTI_RETURN_IF_ERROR(connectRoot(rootAddr, deadline, &root));
   std::string what = "bootstrap root " + rootAddr.str();
-  const bool rootByRank0 = id_.flags & kIdRootByRank0;
-  auto connected = net::Socket::connect(
-      rootAddr, rootByRank0 ? deadline : std::min(deadline, net::deadlineIn(kRootRefusedSec)),
-      abortFlag_, what);
-  if (!connected) {
-    Status st = connected.status();
-    if (abortFlag_ && abortFlag_->load()) return st;
-    return Status(
-        st.code(),
-        fmt::format(
-            "{}: {}", st.message(),
-            rootByRank0
-                ? "with NCCL_COMM_ID rank 0 runs the root during its init, until every rank has "
-                  "joined or TUTTI_INIT_TIMEOUT passes: is rank 0 running, and did this rank "
-                  "start in time?"
-                : "the root of this unique id has ended: it serves one communicator and ends "
-                  "once every rank has joined (or one gave up), or TUTTI_INIT_TIMEOUT seconds "
-                  "after ncclGetUniqueId if nobody joins; this id has expired or was already used "
-                  "(each communicator needs a fresh ncclGetUniqueId, and its ranks must start "
-                  "their init in time)"));
-  }
-  net::Socket root = std::move(connected.value());
-  Hello h{kHelloMagic, rank_, {}};
-  memcpy(h.secret, id_.secret, kSecretBytes);
-  TUTTI_RETURN_IF_ERROR(root.sendAll(&h, sizeof(h), deadline, abortFlag_, what));
   TUTTI_RETURN_IF_ERROR(root.sendAll(&req, sizeof(req), deadline, abortFlag_, what));
   RootReply reply{};
   // The root gives up at its own deadline and tells us who is missing; wait a
@@ -398,13 +532,19 @@ Status Bootstrap::start() {
                            "the other ranks to join (via " + what + ")");
   if (!st) return st.withContext(fmt::format("rank {} of {}", rank_, nranks_));
   if (reply.status != 0) {
-    std::string msg(std::min<uint32_t>(reply.bytes, 4096), '\0');
+    std::string msg(std::min<uint32_t>(reply.bytes, kMaxRootErrorBytes), '\0');
     (void)root.recvAll(msg.data(), msg.size(), replyDeadline, abortFlag_, what);
     return remoteError(msg);
   }
   if (reply.bytes != nranks_ * sizeof(PeerInfo)) return internalError("bootstrap: bad table size");
   peers_.resize(nranks_);
   TUTTI_RETURN_IF_ERROR(root.recvAll(peers_.data(), reply.bytes, replyDeadline, abortFlag_, what));
+  id_.nonce = reply.nonce;
+  // With every rank on this host, peers reach this rank on loopback only
+  // (peerAddr): the listener on the outward address is not needed.
+  const bool allHere = std::all_of(peers_.begin(), peers_.end(),
+                                   [&](const PeerInfo& p) { return p.hostId == req.info.hostId; });
+  if (allHere && loopbackListener_.valid()) listener_.close();
   // The service thread's early end (an exception, say) is kept for recv.
   TUTTI_ASSIGN_OR_RETURN(service_,
                          base::startThread(
@@ -427,65 +567,85 @@ Bootstrap::~Bootstrap() {
 net::SockAddr Bootstrap::peerAddr(int peer) const {
   const PeerInfo& p = peers_[peer];
   net::SockAddr a = fromWire(p.family, p.port, p.ip);
-  if ((p.reserved & kPeerFlagWildcard) && p.hostId == peers_[rank_].hostId) {
+  if (p.loopbackPort != 0 && p.hostId == peers_[rank_].hostId) {
     a = net::loopbackAddr(a.family());
-    a.setPort(p.port);
+    a.setPort(p.loopbackPort);
   }
   return a;
+}
+
+void Bootstrap::deliver(int peer, uint64_t tag, std::vector<uint8_t> payload) {
+  mailboxBytes_ += payload.size();
+  mailbox_[{peer, tag}].push_back(std::move(payload));
 }
 
 Status Bootstrap::serviceLoop() {
   struct In {
     net::Socket sock;
-    int rank = -1;  // -1 until the hello was read
+    int rank;
+    FrameReader reader;
   };
+  net::Gate gate(key(), auth::Purpose::kBootstrapPeer, {rank_, 0}, auth::kAnyPeer,
+                 fmt::format("bootstrap service of rank {}", rank_));
+  if (listener_.valid()) gate.watch(listener_.fd());
+  if (loopbackListener_.valid()) gate.watch(loopbackListener_.fd());
   std::vector<In> ins;
+  std::vector<pollfd> fds;
+  std::vector<FrameReader::Frame> frames;
+  std::vector<uint8_t> buf(64 << 10);
   while (!stop_.load()) {
-    std::vector<pollfd> fds;
-    fds.push_back({listener_.fd(), POLLIN, 0});
+    fds.clear();
+    int timeoutMs = 50;
+    gate.collect(&fds, &timeoutMs);
+    const size_t insAt = fds.size();
     for (auto& in : ins) fds.push_back({in.sock.fd(), POLLIN, 0});
-    int rc = ::poll(fds.data(), fds.size(), 50);
-    if (rc <= 0) continue;
-    if (fds[0].revents & POLLIN) {
-      auto acc = listener_.accept(net::deadlineIn(0.01), nullptr, "peer");
-      if (acc) ins.push_back({std::move(acc.value()), -1});
+    int rc = ::poll(fds.data(), fds.size(), timeoutMs);
+    if (rc < 0 && errno != EINTR) return errnoError("bootstrap service: poll", errno);
+    for (auto& a : gate.step()) {
+      if (a.peer.rank < 0 || a.peer.rank >= nranks_ || a.peer.rank == rank_) {
+        TUTTI_WARN(
+            "bootstrap service of rank {}: closed a connection from {} that proved the key "
+            "but claims to be rank {} of {}",
+            rank_, a.from, a.peer.rank, nranks_);
+        continue;
+      }
+      ins.push_back({std::move(a.sock), a.peer.rank, FrameReader()});
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      In& in = ins[i - 1];
-      auto dl = net::deadlineIn(10);
-      if (in.rank < 0) {
-        Hello h{};
-        if (!in.sock.recvAll(&h, sizeof(h), dl, &stop_, "hello") || h.magic != kHelloMagic ||
-            !secretEqual(h.secret, id_.secret) || h.rank < 0 || h.rank >= nranks_) {
-          in.sock.close();
-          continue;
-        }
-        in.rank = h.rank;
-        continue;
-      }
-      struct {
-        uint32_t magic;
-        uint32_t pad;
-        uint64_t tag;
-        uint64_t bytes;
-      } hdr{};
-      std::string what = "rank " + std::to_string(in.rank);
-      if (!in.sock.recvAll(&hdr, sizeof(hdr), dl, &stop_, what) || hdr.magic != kFrameMagic ||
-          hdr.bytes > (1ull << 30)) {
+    for (size_t i = 0; rc > 0 && i < ins.size() && insAt + i < fds.size(); ++i) {
+      if (!(fds[insAt + i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      In& in = ins[i];
+      ssize_t n = ::recv(in.sock.fd(), buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n <= 0) {  // the peer closed its side (it ended or reconnects)
         in.sock.close();
         continue;
       }
-      std::vector<uint8_t> payload(hdr.bytes);
-      if (!in.sock.recvAll(payload.data(), payload.size(), dl, &stop_, what)) {
-        in.sock.close();
-        continue;
-      }
+      frames.clear();
+      bool ok = in.reader.feed(buf.data(), static_cast<size_t>(n), &frames);
       {
         std::lock_guard<std::mutex> lk(mu_);
-        mailbox_[{in.rank, hdr.tag}].push_back(std::move(payload));
+        for (auto& f : frames) {
+          if (mailboxBytes_ + f.payload.size() > kMaxMailboxBytes) {
+            ok = false;
+            in.reader = FrameReader();
+            TUTTI_WARN(
+                "bootstrap service of rank {}: rank {} sent more than {} MiB of control "
+                "messages nobody received; its connection is closed",
+                rank_, in.rank, kMaxMailboxBytes >> 20);
+            break;
+          }
+          deliver(in.rank, f.tag, std::move(f.payload));
+        }
       }
-      cv_.notify_all();
+      if (!frames.empty()) cv_.notify_all();
+      if (!ok) {
+        if (!in.reader.error().empty())
+          TUTTI_WARN(
+              "bootstrap service of rank {}: rank {} broke the protocol ({}); its "
+              "connection is closed",
+              rank_, in.rank, in.reader.error());
+        in.sock.close();
+      }
     }
     ins.erase(std::remove_if(ins.begin(), ins.end(), [](const In& in) { return !in.sock.valid(); }),
               ins.end());
@@ -503,9 +663,20 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
   if (peer == rank_) {
     std::lock_guard<std::mutex> lk(mu_);
     auto* p = static_cast<const uint8_t*>(data);
-    mailbox_[{rank_, tag}].emplace_back(p, p + bytes);
+    deliver(rank_, tag, std::vector<uint8_t>(p, p + bytes));
     cv_.notify_all();
     return Status::ok();
+  }
+  if (bytes > kMaxControlMessageBytes)
+    return internalError(fmt::format("bootstrap: a control message of {} bytes (at most {})", bytes,
+                                     kMaxControlMessageBytes));
+  {
+    // Every exchange this message belongs to needs this rank's service to
+    // receive the answer: without it, say so now rather than at the deadline.
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!serviceError_.isOk())
+      return serviceError_.withContext(
+          fmt::format("rank {} cannot receive control messages (from rank {})", rank_, peer));
   }
   std::lock_guard<std::mutex> lk(sendMu_);
   net::Socket* s = nullptr;
@@ -514,19 +685,13 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
     s = &it->second;
   } else {
     std::string what = fmt::format("rank {} ({})", peer, peers_[peer].hostname);
-    TUTTI_ASSIGN_OR_RETURN(net::Socket sock,
-                           net::Socket::connect(peerAddr(peer), dl, abortFlag_, what));
-    Hello h{kHelloMagic, rank_, {}};
-    memcpy(h.secret, id_.secret, kSecretBytes);
-    TUTTI_RETURN_IF_ERROR(sock.sendAll(&h, sizeof(h), dl, abortFlag_, what));
+    TUTTI_ASSIGN_OR_RETURN(
+        net::Socket sock,
+        net::connectAuthenticated(peerAddr(peer), key(), auth::Purpose::kBootstrapPeer, {rank_, 0},
+                                  {peer, 0}, dl, abortFlag_, what));
     s = &out_.emplace(peer, std::move(sock)).first->second;
   }
-  struct {
-    uint32_t magic;
-    uint32_t pad;
-    uint64_t tag;
-    uint64_t bytes;
-  } hdr{kFrameMagic, 0, tag, bytes};
+  FrameHeader hdr{kFrameMagic, 0, tag, bytes};
   std::string what = "rank " + std::to_string(peer);
   Status st = s->sendAll(&hdr, sizeof(hdr), dl, abortFlag_, what);
   if (st) st = s->sendAll(data, bytes, dl, abortFlag_, what);
@@ -546,6 +711,7 @@ Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::C
     if (it != mailbox_.end() && !it->second.empty()) {
       std::vector<uint8_t> v = std::move(it->second.front());
       it->second.pop_front();
+      mailboxBytes_ -= v.size();
       if (it->second.empty()) mailbox_.erase(it);
       return v;
     }

@@ -2,11 +2,25 @@
 //
 // Contract
 // - createUniqueId() fills the 128-byte ncclUniqueId with the address of a
-//   root listener (started on a detached thread of the calling process) and a
-//   fresh 32-byte random secret. With NCCL_COMM_ID="host:port" the id names
-//   that address instead and rank 0 starts the root inside init; the secret is
-//   then derived from the address and TUTTI_BOOTSTRAP_SECRET (set it to the
-//   same value on every rank to keep strangers out).
+//   root listener (started on a detached thread of the calling process), a
+//   fresh 32-byte random key and a random nonce. With NCCL_COMM_ID="host:port"
+//   the id names that address instead, rank 0 starts the root inside init,
+//   and the key comes from the operator: TUTTI_BOOTSTRAP_SECRET (text) or
+//   TUTTI_BOOTSTRAP_SECRET_FILE (a file's bytes), hashed (auth::deriveKey).
+//   With neither, the key is all zeros: the job runs unauthenticated and
+//   says so once in a WARN. A key is never derived from an address.
+// - Every connection, to the root or to a peer's listener, starts with the
+//   mutual challenge-response of base/auth.h: the key never travels, and a
+//   listener reads nothing else from a connection that has not proven it
+//   (net::Gate: 2 s to do so, at most 64 such connections held, served
+//   without blocking beside the honest ones).
+// - Listeners bind the address they advertise (NCCL_SOCKET_IFNAME's, else
+//   the interface net::selectInterface picks); unless the interface is
+//   pinned and when that address is not loopback, a second listener on
+//   loopback serves the processes of the same host; once the peer table
+//   shows every rank on this host, the outward listener is closed. Never the
+//   wildcard. A rank's interface, unless pinned, is the one that reaches the
+//   root's advertised address (loopback for a root on loopback).
 // - A root serves one communicator and then ends (thread gone, listener
 //   closed): once every rank has registered and been sent the peer table;
 //   when a registered rank hangs up before that (its init failed or was
@@ -18,17 +32,16 @@
 //   (with NCCL_COMM_ID, refusals are retried until its deadline: rank 0 may
 //   not have started the root yet).
 // - Bootstrap::init() registers this rank with the root, receives every
-//   rank's PeerInfo, and opens this rank's own listener for point-to-point
-//   control messages, served by a thread. Every connection, to the root or to
-//   a peer, starts with a hello carrying the secret; a connection that does
-//   not prove it is dropped before anything else is read.
+//   rank's PeerInfo and the communicator's nonce, and opens this rank's own
+//   listeners for point-to-point control messages, served by a thread.
 // - Every blocking call has a deadline (TUTTI_INIT_TIMEOUT for init, default
 //   120 s) and notices the abort flag; a rank that never joins is named in the
 //   error of every rank that did.
 // - send/recv are point-to-point control messages keyed by (peer, tag),
-//   delivered in order per (peer, tag); allGather/barrier are built on them and
-//   must be called by every rank in the same order. When the service thread
-//   has failed, recv reports why instead of waiting for its deadline.
+//   delivered in order per (peer, tag), at most kMaxControlMessageBytes each
+//   (bootstrap_wire.h); allGather/barrier are built on them and must be
+//   called by every rank in the same order. When the service thread has
+//   failed, recv reports why instead of waiting for its deadline.
 // - Threads: the root and service threads are started by base::startThread
 //   (base/thread.h), so nothing thrown on one reaches std::terminate.
 #pragma once
@@ -46,8 +59,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/socket.h"
 #include "base/status.h"
+#include "core/bootstrap_wire.h"
 #include "transports/transport.h"
 
 namespace tutti::core {
@@ -59,19 +74,22 @@ constexpr size_t kSecretBytes = 32;
 struct UniqueIdData {
   uint32_t magic;
   uint16_t version;
-  uint16_t flags;  // kIdRootByRank0
+  uint16_t flags;  // kIdRootByRank0, kIdNoKey
   uint64_t rootHostId;
   uint16_t family;
   uint16_t port;
   uint8_t ip[16];
-  uint8_t secret[kSecretBytes];
-  uint64_t nonce;  // identifies the communicator (shm names, logs)
-  uint8_t reserved[kUniqueIdBytes - 80];
+  uint8_t secret[kSecretBytes];  // the communicator's key (auth::Key)
+  uint64_t nonce;         // identifies the communicator (shm names, logs); 0: the root draws it
+  uint16_t loopbackPort;  // the root's loopback listener (0: none), for ranks on its host
+  uint8_t reserved[kUniqueIdBytes - 82];
 };
 static_assert(sizeof(UniqueIdData) == kUniqueIdBytes, "UniqueIdData must be 128 bytes");
 static_assert(std::is_trivially_copyable_v<UniqueIdData>, "UniqueIdData crosses processes");
 constexpr uint32_t kIdMagic = 0x54555454;  // "TTUT"
+constexpr uint16_t kIdVersion = 2;
 constexpr uint16_t kIdRootByRank0 = 1;
+constexpr uint16_t kIdNoKey = 4;  // NCCL_COMM_ID without a key: unauthenticated
 
 // What every rank tells every other at init. Plain data: it crosses processes.
 struct PeerInfo {
@@ -79,11 +97,12 @@ struct PeerInfo {
   int32_t pid;
   uint64_t hostId;
   uint16_t family;
-  uint16_t port;   // bootstrap listener
+  uint16_t port;   // bootstrap listener on the advertised address
   uint8_t ip[16];  // address towards other hosts
   char hostname[64];
   int32_t nranks;
-  int32_t reserved;
+  uint16_t loopbackPort;  // bootstrap listener on loopback (0: none), for peers on this host
+  uint16_t flags;
 };
 static_assert(sizeof(PeerInfo) == 112, "PeerInfo layout changed");
 static_assert(std::is_trivially_copyable_v<PeerInfo>, "PeerInfo crosses processes");
@@ -129,8 +148,13 @@ class Bootstrap : public transport::ControlChannel {
  private:
   Bootstrap() = default;
   Status start();
+  Status connectRoot(const net::SockAddr& rootAddr, net::Clock::time_point deadline,
+                     net::Socket* out);
   Status serviceLoop();
   net::SockAddr peerAddr(int peer) const;
+  auth::Key key() const;
+  // Queues a message from `peer` (under mu_ or before the service thread runs).
+  void deliver(int peer, uint64_t tag, std::vector<uint8_t> payload);
 
   UniqueIdData id_{};
   int rank_ = -1;
@@ -140,14 +164,16 @@ class Bootstrap : public transport::ControlChannel {
   std::vector<PeerInfo> peers_;
   net::SockAddr localAddr_;
   std::string ifName_;
-  net::Socket listener_;
+  net::Socket listener_;          // on localAddr_
+  net::Socket loopbackListener_;  // on loopback, when localAddr_ is not
 
   std::thread service_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, std::deque<std::vector<uint8_t>>> mailbox_;
-  Status serviceError_;  // why the service thread ended early (under mu_)
+  size_t mailboxBytes_ = 0;  // payload bytes held in mailbox_ (under mu_)
+  Status serviceError_;      // why the service thread ended early (under mu_)
 
   std::mutex sendMu_;
   std::map<int, net::Socket> out_;

@@ -106,14 +106,31 @@ Status sendFd(uint64_t hash, int rank, int q, int pid, int fd) {
   return Status();
 }
 
-// Accepts one connection and receives (rank, fd); the sender's pid must be
-// that rank's in `peers`.
+// Accepts one connection from a peer's process and receives (rank, fd); the
+// sender's pid must be that rank's in `peers`. The name of the listener is
+// visible to every local user (/proc/net/unix): a connection from any other
+// process is closed unread, and the wait goes on.
 Status recvFd(int listener, const std::vector<PeerInfo>& peers, Clock::time_point deadline,
               const std::atomic<bool>* abortFlag, int* rankOut, Fd* fdOut) {
-  int c = -1;
+  Fd conn;
+  ucred cred{};
   for (;;) {
-    c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c >= 0) break;
+    int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) {
+      conn = Fd(c);
+      socklen_t cl = sizeof(cred);
+      if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+        return sysError("IPC: SO_PEERCRED");
+      bool peer = std::any_of(peers.begin(), peers.end(),
+                              [&](const PeerInfo& p) { return p.pid == cred.pid; });
+      if (peer) break;
+      TUTTI_WARN(
+          "IPC: closed a connection to the descriptor socket from pid {}, not a process of "
+          "this communicator",
+          cred.pid);
+      conn = Fd();
+      continue;
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return sysError("IPC: accept");
     if (abortFlag && abortFlag->load()) return invalidUsage("communicator aborted");
     if (Clock::now() >= deadline)
@@ -121,7 +138,7 @@ Status recvFd(int listener, const std::vector<PeerInfo>& peers, Clock::time_poin
     pollfd p{listener, POLLIN, 0};
     poll(&p, 1, 50);
   }
-  Fd conn(c);
+  const int c = conn.fd;
   // The message was sent before accept; the socket is blocking (accept4 gives
   // a blocking socket), but bound the wait anyway.
   timeval tv{5, 0};
@@ -137,9 +154,6 @@ Status recvFd(int listener, const std::vector<PeerInfo>& peers, Clock::time_poin
   const int32_t who = msg.rank;
   if (n != static_cast<ssize_t>(sizeof(msg.rank)) || got.fd < 0)
     return Status(Code::kSystemError, "IPC: a peer's message carried no file descriptor");
-  ucred cred{};
-  socklen_t cl = sizeof(cred);
-  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) return sysError("IPC: SO_PEERCRED");
   if (who < 0 || who >= static_cast<int>(peers.size()) || cred.pid != peers[who].pid)
     return Status(Code::kSystemError, "IPC: a connection claiming rank " + std::to_string(who) +
                                           " came from pid " + std::to_string(cred.pid) +
@@ -161,8 +175,7 @@ void sliceOf(size_t count, int n, int j, size_t* start, size_t* len) {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceIpc>> DeviceIpc::negotiate(Comm* comm, Backend* backend,
-                                                        int device) {
+Result<std::unique_ptr<DeviceIpc>> DeviceIpc::negotiate(Comm* comm, Backend* backend, int device) {
   const int n = comm->nranks(), rank = comm->rank();
   struct Offer {
     int32_t want;
@@ -472,28 +485,32 @@ Status DeviceIpc::start(const IpcOp& op, IpcRun* run) {
         }
         size_t s0, len;
         sliceOf(c, n, rank, &s0, &len);
-        add([this, op, own, r, s0, len, E] {
-          return len ? reduceFrom(op, own + s0 * E, r, s0 * E, len) : Status();
-        }, true);
+        add([this, op, own, r, s0, len,
+             E] { return len ? reduceFrom(op, own + s0 * E, r, s0 * E, len) : Status(); },
+            true);
         const size_t next = off + c;
-        add([this, op, recv, r, c, off, next, count, perRound, send, E, n, rank, q] {
-          Status st;
-          for (int p = 0; p < n && st; ++p) {
-            size_t p0, plen;
-            sliceOf(c, n, p, &p0, &plen);
-            if (plen) st = be_->copyAsync(recv + (off + p0) * E, buf(p, r) + p0 * E, plen * E, q);
-          }
-          if (st && next < count)
-            st = copyIn(op, buf(rank, r + 1), send + next * E, std::min(perRound, count - next));
-          return st;
-        }, next < count);
+        add(
+            [this, op, recv, r, c, off, next, count, perRound, send, E, n, rank, q] {
+              Status st;
+              for (int p = 0; p < n && st; ++p) {
+                size_t p0, plen;
+                sliceOf(c, n, p, &p0, &plen);
+                if (plen)
+                  st = be_->copyAsync(recv + (off + p0) * E, buf(p, r) + p0 * E, plen * E, q);
+              }
+              if (st && next < count)
+                st =
+                    copyIn(op, buf(rank, r + 1), send + next * E, std::min(perRound, count - next));
+              return st;
+            },
+            next < count);
         break;
       }
       case Collective::kReduceScatter:
         add(copyInRegions, true);
-        add([this, op, recv, r, off, rank, c, E] {
-          return reduceFrom(op, recv + off * E, r, rank * c * E, c);
-        }, false);
+        add([this, op, recv, r, off, rank, c,
+             E] { return reduceFrom(op, recv + off * E, r, rank * c * E, c); },
+            false);
         break;
       case Collective::kReduce:
         add([this, op, own, send, off, c, E] { return copyIn(op, own, send + off * E, c); }, true);
@@ -502,45 +519,52 @@ Status DeviceIpc::start(const IpcOp& op, IpcRun* run) {
               false);
         break;
       case Collective::kBroadcast:
-        add([this, op, own, send, off, c, E, rank] {
-          return rank == op.root ? copyIn(op, own, send + off * E, c) : Status();
-        }, true);
+        add([this, op, own, send, off, c, E,
+             rank] { return rank == op.root ? copyIn(op, own, send + off * E, c) : Status(); },
+            true);
         if (rank != op.root)
-          add([this, recv, r, off, c, E, q, root = op.root] {
-            return be_->copyAsync(recv + off * E, buf(root, r), c * E, q);
-          }, false);
+          add([this, recv, r, off, c, E, q,
+               root = op.root] { return be_->copyAsync(recv + off * E, buf(root, r), c * E, q); },
+              false);
         else if (send != recv)
-          add([this, recv, send, off, c, E, q] {
-            return be_->copyAsync(recv + off * E, send + off * E, c * E, q);
-          }, false);
+          add([this, recv, send, off, c, E,
+               q] { return be_->copyAsync(recv + off * E, send + off * E, c * E, q); },
+              false);
         break;
       case Collective::kAllGather:
       case Collective::kGather:
         add([this, op, own, send, off, c, E] { return copyIn(op, own, send + off * E, c); }, true);
         if (op.coll == Collective::kGather && rank != op.root) break;
-        add([this, recv, r, off, c, E, q, n, count] {
-          Status st;
-          for (int p = 0; p < n && st; ++p)
-            st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r), c * E, q);
-          return st;
-        }, false);
+        add(
+            [this, recv, r, off, c, E, q, n, count] {
+              Status st;
+              for (int p = 0; p < n && st; ++p)
+                st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r), c * E, q);
+              return st;
+            },
+            false);
         break;
       case Collective::kScatter:
-        add([copyInRegions, rank, root = op.root] {
-          return rank == root ? copyInRegions() : Status();
-        }, true);
-        add([this, recv, r, off, c, E, q, rank, root = op.root] {
-          return be_->copyAsync(recv + off * E, buf(root, r) + rank * c * E, c * E, q);
-        }, false);
+        add([copyInRegions, rank,
+             root = op.root] { return rank == root ? copyInRegions() : Status(); },
+            true);
+        add(
+            [this, recv, r, off, c, E, q, rank, root = op.root] {
+              return be_->copyAsync(recv + off * E, buf(root, r) + rank * c * E, c * E, q);
+            },
+            false);
         break;
       case Collective::kAllToAll:
         add(copyInRegions, true);
-        add([this, recv, r, off, c, E, q, n, rank, count] {
-          Status st;
-          for (int p = 0; p < n && st; ++p)
-            st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r) + rank * c * E, c * E, q);
-          return st;
-        }, false);
+        add(
+            [this, recv, r, off, c, E, q, n, rank, count] {
+              Status st;
+              for (int p = 0; p < n && st; ++p)
+                st = be_->copyAsync(recv + (p * count + off) * E, buf(p, r) + rank * c * E, c * E,
+                                    q);
+              return st;
+            },
+            false);
         break;
       default:
         break;

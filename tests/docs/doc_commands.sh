@@ -55,6 +55,10 @@ RUN=(
   "docs/pytorch.md|~/tutti-venv/bin/python tests/pytorch/launch.py --nprocs 2 ddp.py"
   "docs/tutti-perf.md|torchrun --nproc_per_node 2 --redirects 1 --tee 1 --no_python build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/tutti-perf.md|mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
+  "docs/security.md|head -c 32 /dev/urandom | base64 > /tmp/tutti-demo.key && chmod 600 /tmp/tutti-demo.key"
+  "docs/security.md|NCCL_COMM_ID=127.0.0.1:29517 TUTTI_BOOTSTRAP_SECRET_FILE=/tmp/tutti-demo.key NCCL_SOCKET_IFNAME=lo build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1K --np 2 -n 2 -w 1"
+  "docs/security.md|NCCL_SOCKET_IFNAME=lo build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1K --np 2 -n 2 -w 1"
+  "docs/security.md|ss -Htln | grep -v -e '127\\.0\\.0\\.' -e '\\[::1\\]' || true"
   "docs/performance.md|bash bench/async/run.sh --trials 2 --late-ms 200 --abort-bytes 64M --abort-delay-ms 2"
   "docs/performance.md|bash bench/group/run.sh --reps 1 --iters 200"
   "docs/performance.md|bash bench/net/run.sh --reps 1 -e 1M"
@@ -77,6 +81,8 @@ SKIP=(
   "docs/performance.md|bash bench/group/run.sh --reps 9|a benchmark: about two minutes of interleaved repetitions; the short form (RUN above) runs here"
   "docs/performance.md|bash bench/async/run.sh|a benchmark: about a minute, and its 1 GiB abort takes 2 GiB of host memory per process; the short form (RUN above) runs here"
   "docs/performance.md|ctest --test-dir build -L bench-smoke|the test suite itself (CI runs ctest); device.async_bench_smoke is that label's test"
+  "docs/architecture.md|bash scripts/fuzz.sh --seconds 60|a minute per target plus a clang-14 build of its own (build-fuzz/); ctest fuzz.short (label fuzz) runs the same script for 5 s per target"
+  "docs/architecture.md|bash bench/fuzz/run.sh|the long fuzzing run: about 50 minutes (bench/); ctest fuzz.short runs the short form"
   "docs/pytorch.md|PYTHONPATH=build/python /usr/bin/python3 bench/pytorch/overlap_timeline.py|a benchmark with plots (bench/); ctest torch.ddp_overlap_np2 runs it with --check"
 )
 

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/gate.h"
 #include "base/thread.h"
 #include "core/bootstrap.h"
 #include "harness.h"
@@ -214,7 +215,7 @@ TEST(RootLifetime, RankAfterExpiryFailsFastSayingWhy) {
 // A rank that registers and then goes away (its process died) ends the root
 // at once: the rank still waiting is told who left instead of waiting for
 // TUTTI_INIT_TIMEOUT. The leaving rank speaks the root's protocol by hand
-// (hello, registration: the layout in src/core/bootstrap.cc) and closes.
+// (handshake, registration: the layout in src/core/bootstrap.cc) and closes.
 TEST(RootLifetime, RankLeavingBeforeEveryoneJoinedEndsTheRoot) {
   Env env({{"NCCL_SOCKET_IFNAME", "lo"}, {"TUTTI_INIT_TIMEOUT", "60"}});
   const int roots = threadCount("tutti-root");
@@ -232,21 +233,21 @@ TEST(RootLifetime, RankLeavingBeforeEveryoneJoinedEndsTheRoot) {
     err = ncclGetLastError(nullptr);
     if (c) ncclCommDestroy(c);
   });
-  struct {
-    uint32_t magic = 0x54424f4f;
-    int32_t rank = 0;
-    uint8_t secret[core::kSecretBytes];
-  } hello;
-  memcpy(hello.secret, data.secret, sizeof(hello.secret));
+  // The handshake of base/auth.h with the id's key, then the registration.
+  auth::Key key;
+  memcpy(key.bytes.data(), data.secret, key.bytes.size());
+  net::SockAddr rootAddr = net::loopbackAddr(AF_INET);
+  rootAddr.setPort(data.port);
+  auto sock = net::connectAuthenticated(rootAddr, key, auth::Purpose::kBootstrapRoot, {0, 0},
+                                        {-1, 0}, net::deadlineIn(10), nullptr, "root");
+  ASSERT_TRUE(sock.isOk()) << sock.status().message();
   struct {
     int32_t rank = 0;
     int32_t nranks = 3;
     core::PeerInfo info{};
   } req;
   req.info.nranks = 3;
-  int fd = connectLoopback(data.port);
-  ASSERT_GE(fd, 0);
-  EXPECT_EQ(send(fd, &hello, sizeof(hello), 0), static_cast<ssize_t>(sizeof(hello)));
+  int fd = sock.value().release();
   EXPECT_EQ(send(fd, &req, sizeof(req), 0), static_cast<ssize_t>(sizeof(req)));
   // Leave once rank 1 has connected too (and, a moment later, registered).
   EXPECT_TRUE(waitFor([&] { return establishedAt(data.port) >= 2; }, 20));

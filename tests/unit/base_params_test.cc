@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/log.h"
@@ -38,6 +40,23 @@ TEST(Params, ParseIntAcceptsSuffixesAndRejectsGarbage) {
   EXPECT_FALSE(parseInt("12Q"));
   EXPECT_FALSE(parseInt("4KX"));
   EXPECT_FALSE(parseInt("99999999999999999999999"));
+  // A suffix that takes the value out of range: malformed (found by
+  // tests/fuzz/config_file_fuzz.cc; the multiplication overflowed).
+  EXPECT_FALSE(parseInt("9223372036854775807K"));
+  EXPECT_FALSE(parseInt("-9007199254740993K"));
+  EXPECT_FALSE(parseInt("8589934592G"));
+  EXPECT_EQ(parseInt("8589934591G"), int64_t{8589934591} << 30);
+  EXPECT_EQ(parseInt("-8589934592G"), INT64_MIN);
+}
+
+TEST(Params, ConfigTextIsNameEqualsValueLines) {
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(
+      parseConfigText("A=1\n# B=2\n  C = three four  # comment\r\nD==x=\n=5\nno equals\nE=\nF=6"),
+      (Settings{{"A", "1"}, {"C", "three four"}, {"D", "=x="}, {"E", ""}, {"F", "6"}}));
+  EXPECT_EQ(parseConfigText(""), Settings{});
+  EXPECT_EQ(parseConfigText("\n\n"), Settings{});
+  EXPECT_EQ(parseConfigText("A=1\nA=2\n"), (Settings{{"A", "1"}, {"A", "2"}}));
 }
 
 class ParamsFile : public ::testing::Test {

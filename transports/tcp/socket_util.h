@@ -36,6 +36,5 @@ Result<int> newSocket(int family);
 Status sendAll(int fd, const void* data, size_t bytes, const ConnectContext& ctx, const char* what);
 Status recvAll(int fd, void* data, size_t bytes, const ConnectContext& ctx, const char* what);
 
-// Constant-time equality of two byte strings of equal length.
 
 }  // namespace tutti::transport::tcp

@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/auth.h"
+#include "base/gate.h"
 #include "base/log.h"
 #include "transports/handshake_util.h"
 #include "transports/tcp/socket_util.h"
@@ -22,25 +24,7 @@ namespace tutti::transport::tcp {
 namespace {
 
 constexpr const char* kName = "TCP";
-constexpr uint64_t kHelloMagic = 0x74757474695443ull;  // "CTitut"
-constexpr uint64_t kAckMagic = 0x7475747469544341ull;
 constexpr uint64_t kTagEndpoint = 0;
-constexpr size_t kMaxPending = 64;
-
-struct Hello {
-  uint64_t magic;
-  uint8_t secret[32];
-  int32_t rank;
-  int32_t channel;
-};
-static_assert(std::is_trivially_copyable_v<Hello> && sizeof(Hello) == 48);
-
-struct HelloAck {
-  uint64_t magic;
-  int32_t rank;
-  int32_t channel;
-};
-static_assert(std::is_trivially_copyable_v<HelloAck> && sizeof(HelloAck) == 16);
 
 // Closes an fd on scope exit unless released.
 class FdGuard {
@@ -81,36 +65,10 @@ Result<SockAddr> listenAddress(const ConnectContext& ctx) {
   return a;
 }
 
-struct Pending {
-  FdGuard fd;
-  Hello hello{};
-  size_t got = 0;
-  std::string from;
-};
-
-// Reads what is available of the hello. Returns 1 when complete, 0 when more
-// is needed, -1 when the connection is dead.
-int readHello(Pending& p) {
-  for (;;) {
-    ssize_t n = recv(p.fd.get(), reinterpret_cast<uint8_t*>(&p.hello) + p.got,
-                     sizeof(Hello) - p.got, MSG_DONTWAIT);
-    if (n > 0) {
-      p.got += static_cast<size_t>(n);
-      if (p.got == sizeof(Hello)) return 1;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    return -1;
-  }
-}
-
-bool helloValid(const Hello& h, const ConnectContext& ctx) {
-  bool ok = net::constantTimeEqual(h.secret, ctx.secret, sizeof(h.secret));
-  ok &= h.magic == kHelloMagic;
-  ok &= h.rank == ctx.peer;
-  ok &= h.channel == ctx.channel;
-  return ok;
+auth::Key keyOf(const ConnectContext& ctx) {
+  auth::Key k;
+  std::memcpy(k.bytes.data(), ctx.secret, k.bytes.size());
+  return k;
 }
 
 Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
@@ -133,66 +91,29 @@ Result<std::unique_ptr<Connection>> connectLower(const ConnectContext& ctx) {
   TUTTI_INFO(log::kNet, "TCP: rank {} channel {} listening on {} for rank {}", ctx.rank,
              ctx.channel, endpoint, ctx.peer);
 
-  std::vector<Pending> pending;
+  // Only the peer, on this channel, with the communicator's key gets in
+  // (net::Gate: anything else is closed within 2 s and never read from).
+  net::Gate gate(
+      keyOf(ctx), auth::Purpose::kTcpData, {ctx.rank, ctx.channel}, {ctx.peer, ctx.channel},
+      fmt::format("TCP: rank {} channel {} listening on {}", ctx.rank, ctx.channel, endpoint));
+  gate.watch(lfd.get());
   std::vector<pollfd> pfds;
   for (;;) {
     TUTTI_RETURN_IF_ERROR(detail::checkWait(
         ctx, kName,
         fmt::format("waiting for rank {} to connect to {}", ctx.peer, endpoint).c_str()));
     pfds.clear();
-    pfds.push_back({lfd.get(), POLLIN, 0});
-    for (auto& p : pending) pfds.push_back({p.fd.get(), POLLIN, 0});
-    int rc = poll(pfds.data(), pfds.size(), detail::sliceMs(ctx));
+    int timeoutMs = detail::sliceMs(ctx);
+    gate.collect(&pfds, &timeoutMs);
+    int rc = poll(pfds.data(), pfds.size(), timeoutMs);
     if (rc < 0 && errno != EINTR) return errnoError("TCP: poll", errno);
-    if (rc <= 0) continue;
-
-    // Pending hellos first (pending[i] is pfds[i + 1]); keep the undecided ones.
-    size_t keep = 0;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      Pending& p = pending[i];
-      if (pfds[i + 1].revents != 0) {
-        int r = readHello(p);
-        if (r == 1 && helloValid(p.hello, ctx)) {
-          HelloAck ack{kAckMagic, ctx.rank, ctx.channel};
-          TUTTI_RETURN_IF_ERROR(sendAll(p.fd.get(), &ack, sizeof(ack), ctx, "sending hello ack"));
-          tuneSocket(p.fd.get());
-          TUTTI_INFO(log::kNet, "TCP: rank {} channel {} accepted rank {} from {}", ctx.rank,
-                     ctx.channel, ctx.peer, p.from);
-          return std::unique_ptr<Connection>(
-              std::make_unique<TcpConnection>(p.fd.release(), ctx.peer, ctx.channel));
-        }
-        if (r == 1) {
-          TUTTI_WARN(
-              "TCP: rank {} rejected a connection from {} claiming to be rank {}: bad hello "
-              "(wrong secret, rank or channel)",
-              ctx.rank, p.from, p.hello.rank);
-        }
-        if (r != 0) {
-          p.fd.reset();
-          continue;
-        }
-      }
-      if (keep != i) pending[keep] = std::move(p);
-      ++keep;
-    }
-    pending.erase(pending.begin() + keep, pending.end());
-
-    if (pfds[0].revents != 0) {
-      for (;;) {
-        SockAddr from;
-        from.len = sizeof(from.ss);
-        int fd = accept4(lfd.get(), from.sa(), &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-          if (errno == EINTR || errno == ECONNABORTED) continue;
-          break;  // EAGAIN, or a transient error (EMFILE...): try again next slice
-        }
-        if (pending.size() >= kMaxPending) pending.erase(pending.begin());  // oldest goes
-        Pending p;
-        p.fd = FdGuard(fd);
-        p.from = from.str();
-        pending.push_back(std::move(p));
-      }
-    }
+    auto admitted = gate.step();
+    if (admitted.empty()) continue;
+    int fd = admitted.front().sock.release();
+    tuneSocket(fd);
+    TUTTI_INFO(log::kNet, "TCP: rank {} channel {} accepted rank {} from {}", ctx.rank, ctx.channel,
+               ctx.peer, admitted.front().from);
+    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(fd, ctx.peer, ctx.channel));
   }
 }
 
@@ -228,35 +149,25 @@ Result<std::unique_ptr<Connection>> connectHigher(const ConnectContext& ctx) {
         if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
       }
     }
-    if (err == 0) break;
     if (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == ECONNRESET) {
       // Not listening (yet / any more) or the backlog is full: retry until the deadline.
       fd.reset();
       std::this_thread::sleep_for(std::chrono::milliseconds(detail::sliceMs(ctx)));
       continue;
     }
-    return errnoError(fmt::format("TCP: {}", what), err);
-  }
-
-  Hello hello{};
-  hello.magic = kHelloMagic;
-  std::memcpy(hello.secret, ctx.secret, sizeof(hello.secret));
-  hello.rank = ctx.rank;
-  hello.channel = ctx.channel;
-  TUTTI_RETURN_IF_ERROR(sendAll(fd.get(), &hello, sizeof(hello), ctx, "sending hello"));
-  HelloAck ack{};
-  Status st = recvAll(fd.get(), &ack, sizeof(ack), ctx, "waiting for hello ack");
-  if (!st.isOk()) {
-    if (st.code() == Code::kRemoteError && detail::checkWait(ctx, kName, "").isOk()) {
-      return remoteError(fmt::format(
-          "TCP: rank {} at {} dropped the connection during the handshake (secret mismatch?)",
-          ctx.peer, endpoint));
-    }
-    return st;
-  }
-  if (ack.magic != kAckMagic || ack.rank != ctx.peer || ack.channel != ctx.channel) {
-    return remoteError(
-        fmt::format("TCP: malformed hello ack from rank {} at {}", ctx.peer, endpoint));
+    if (err != 0) return errnoError(fmt::format("TCP: {}", what), err);
+    auth::Handshake hs(auth::Handshake::Role::kInitiator, keyOf(ctx), auth::Purpose::kTcpData,
+                       {ctx.rank, ctx.channel}, {ctx.peer, ctx.channel});
+    Status st = auth::runHandshake(hs, fd.get(), ctx.deadline, ctx.abortFlag,
+                                   fmt::format("rank {} at {}", ctx.peer, endpoint));
+    if (st.isOk()) break;
+    TUTTI_RETURN_IF_ERROR(detail::checkWait(ctx, kName, what.c_str()));
+    if (!hs.closedEarly()) return st.withContext(kName);
+    // The listener closed us before answering: it was busy turning strangers
+    // away (net::Gate). Connect again.
+    TUTTI_INFO(log::kNet, "TCP: {}; connecting again", st.message());
+    fd.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(detail::sliceMs(ctx)));
   }
   TUTTI_INFO(log::kNet, "TCP: rank {} channel {} connected to rank {} at {}", ctx.rank, ctx.channel,
              ctx.peer, endpoint);
