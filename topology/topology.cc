@@ -268,7 +268,8 @@ Topology extractHardware(hwloc_topology_t t) {
       }
     }
     hwloc_obj_t host = hwloc_get_non_io_ancestor_obj(t, o);
-    if (auto n = singleNode(host ? host->nodeset : nullptr)) d.numaNode = *n;
+    // A file may name a node in the nodeset that no NUMANode object has.
+    if (auto n = singleNode(host ? host->nodeset : nullptr); n && out.numa(*n)) d.numaNode = *n;
     out.pci.push_back(std::move(d));
     pciObjs.push_back(o);
   }

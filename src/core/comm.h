@@ -37,6 +37,7 @@
 #include "core/oneshot.h"
 #include "core/op.h"
 #include "core/staging.h"
+#include "core/wire_header.h"
 #include "transports/transport.h"
 
 namespace tutti::topo {
@@ -55,16 +56,6 @@ struct CommConfig {
   int minChannels = -1;
   int maxChannels = -1;
 };
-
-// Wire header preceding every data message.
-struct MsgHeader {
-  uint64_t seq;    // per (sender, receiver) pair: which group/collective
-  uint32_t inst;   // which schedule of the group
-  uint32_t bytes;  // payload bytes
-  uint64_t tag;    // message within the schedule
-};
-static_assert(sizeof(MsgHeader) == 24, "MsgHeader is wire format");
-static_assert(std::is_trivially_copyable_v<MsgHeader>, "MsgHeader is wire format");
 
 // Per-connection receive state that outlives one collective: a header read
 // for a later collective stays parked here until that collective runs.

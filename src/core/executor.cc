@@ -34,18 +34,8 @@ constexpr std::chrono::microseconds kBellSleep{1000};
 // chunks of a pipelined collective still spread over the channels.
 constexpr size_t kSmallMessageBytes = 64 << 10;
 
-// A receive as its messages name it: from whom, of which schedule, with which tag.
-struct Key {
-  int peer;
-  uint32_t inst;
-  uint64_t tag;
-  bool operator==(const Key& o) const { return peer == o.peer && inst == o.inst && tag == o.tag; }
-  bool operator<(const Key& o) const {
-    if (peer != o.peer) return peer < o.peer;
-    if (inst != o.inst) return inst < o.inst;
-    return tag < o.tag;
-  }
-};
+// A receive as its messages name it (core/wire_header.h).
+using Key = RecvKey;
 
 struct Out {
   int64_t send = -1;  // flat send index
@@ -509,23 +499,31 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       rx.haveHeader = true;
     }
     if (in.recv < 0) {
-      if (rx.hdr.seq != p.recvSeq) {
-        if (rx.hdr.seq > p.recvSeq) return Status::ok();  // a later operation's: park it
-        return unexpected(p, rx.hdr, "stale message");
+      const HeaderVerdict v =
+          classifyHeader(rx.hdr, p.peer, p.recvSeq, recvIndex_, [&](uint32_t flat) {
+            const auto& s = w_->schedules[recvs_[flat].inst];
+            const auto& rr = s.recvs[recvs_[flat].idx];
+            return wireSize(*k_, s, rr.encoded, rr.bytes);
+          });
+      switch (v.kind) {
+        case HeaderClass::kMatch:
+          break;
+        case HeaderClass::kLater:
+          return Status::ok();  // a later operation's: park it
+        case HeaderClass::kStale:
+          return unexpected(p, rx.hdr, "stale message");
+        case HeaderClass::kUnexpected:
+          return unexpected(p, rx.hdr, "unexpected message");
+        case HeaderClass::kSizeMismatch:
+          return unexpected(p, rx.hdr, "message size mismatch");
       }
-      const Key key{p.peer, rx.hdr.inst, rx.hdr.tag};
-      auto it = std::lower_bound(recvIndex_.begin(), recvIndex_.end(), key,
-                                 [](const auto& e, const Key& k) { return e.first < k; });
-      if (it == recvIndex_.end() || !(it->first == key))
-        return unexpected(p, rx.hdr, "unexpected message");
-      const uint32_t rinst = recvs_[it->second].inst;
-      const auto& r = w_->schedules[rinst].recvs[recvs_[it->second].idx];
-      const size_t expect = wireSize(*k_, w_->schedules[rinst], r.encoded, r.bytes);
-      if (expect != rx.hdr.bytes) return unexpected(p, rx.hdr, "message size mismatch");
+      const uint32_t rinst = recvs_[v.flat].inst;
+      const auto& r = w_->schedules[rinst].recvs[recvs_[v.flat].idx];
+      const size_t expect = v.expectBytes;
       // Its `local` is still being produced by another receive: hold the
       // message (the channel waits; that receive comes from another peer).
       if (r.after >= 0 && !recvDone_[recvBase_[rinst] + r.after]) return Status::ok();
-      in.recv = it->second;
+      in.recv = v.flat;
       in.payGot = in.reduced = in.carryGot = 0;
       const bool staged =
           r.encoded || (r.action == algo::RecvAction::kReduce && !chan.conn->supportsPeek());
