@@ -4,7 +4,9 @@
 #include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,11 +19,14 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
 #include "base/log.h"
 #include "base/params.h"
+#include "topology/xml_guard.h"
 
 namespace tutti::topo {
 
@@ -620,6 +625,44 @@ bool hwlocReadsAnyXml() {
   return full;
 }
 
+// hwloc 2.9 crashes (SIGSEGV, SIGABRT) on malformed files of more kinds
+// than xml_guard.h knows (fuzzing keeps finding new ones): a child process
+// reads the file first, and a crash there is the file's error, not the
+// process's death. The caller holds a topology, so hwloc's components are
+// loaded and the child opens no library. Says why when the child crashed or
+// hung; nothing when it read or refused the file.
+static std::optional<std::string> hwlocCrashesOn(const std::string& path) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return std::nullopt;  // no child: read it here, as before
+  if (pid == 0) {
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(1);
+    _exit(hwloc_topology_load(t) == 0 ? 0 : 1);  // no destroy, no atexit: nothing to tidy
+  }
+  constexpr auto kLimit = std::chrono::seconds(30);
+  const auto until = std::chrono::steady_clock::now() + kLimit;
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return fmt::format("hwloc did not finish reading it in {} s", kLimit.count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (WIFSIGNALED(status))
+    return fmt::format(
+        "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
+        "refuse such files)",
+        strsignal(WTERMSIG(status)));
+  return std::nullopt;
+}
+
 Result<Topology> loadXml(const std::string& path) {
   auto fail = [&](const std::string& why) {
     return invalidArgument(fmt::format("cannot load topology file '{}': {}", path, why));
@@ -629,13 +672,22 @@ Result<Topology> loadXml(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) return fail(strerror(errno));
   if (S_ISDIR(st.st_mode)) return fail("is a directory");
   {
-    std::ifstream probe(path);
+    std::ifstream probe(path, std::ios::binary);
     if (!probe) return fail(strerror(errno));
+    // A file this hwloc would crash on is refused before it reads it.
+    constexpr std::streamsize kMaxBytes = std::streamsize{64} << 20;
+    std::string text(static_cast<size_t>(std::min<std::streamsize>(st.st_size, kMaxBytes)), '\0');
+    probe.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<size_t>(probe.gcount()));
+    if (auto why = hwlocCrashReason(text))
+      return fail(fmt::format(
+          "malformed: {} (hwloc 2.9 crashes on such files; topology/xml_guard.h)", *why));
   }
   TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<HwlocTree> tree, newTree());
   errno = 0;
   if (hwloc_topology_set_xml(tree->topo, path.c_str()) != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
+  if (auto crashed = hwlocCrashesOn(path)) return fail(*crashed);
   errno = 0;
   if (hwloc_topology_load(tree->topo) != 0) {
     const char* why = errno ? strerror(errno) : "invalid content";
@@ -650,6 +702,42 @@ Result<Topology> loadXml(const std::string& path) {
         "hwloc could not parse it as topology XML ({}; HWLOC_XML_VERBOSE=1 shows hwloc's parser "
         "messages)",
         why));
+  }
+
+  // What hwloc accepted may still describe no machine: a NUMA node or PU
+  // without an index (hwloc's "unknown", which tutti would read as -1 and
+  // a dump would write as bit 4,294,967,295: 134 MB of XML, found by fuzzing)
+  // or sets without end. Indices are bounded by what Linux supports.
+  // Two nodes or PUs of one index are no machine either (found by fuzzing).
+  constexpr unsigned kMaxOsIndex = 1u << 16;
+  for (hwloc_obj_type_t type : {HWLOC_OBJ_NUMANODE, HWLOC_OBJ_PU}) {
+    std::set<unsigned> seen;
+    for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(tree->topo, type, o));) {
+      if (o->os_index == HWLOC_UNKNOWN_INDEX || o->os_index >= kMaxOsIndex)
+        return fail(fmt::format("a {} object (gp_index {}) without a valid os_index",
+                                hwloc_obj_type_string(type), o->gp_index));
+      if (!seen.insert(o->os_index).second)
+        return fail(fmt::format("two {} objects with os_index {}", hwloc_obj_type_string(type),
+                                o->os_index));
+    }
+  }
+  {
+    // Every set of every object within [0, kMaxOsIndex): hwloc keeps the
+    // index of a node it dropped for having none (4,294,967,295) in the
+    // machine's complete_nodeset, and a set may be infinite ("0xf...f").
+    hwloc_bitmap_t range = hwloc_bitmap_alloc();
+    hwloc_bitmap_set_range(range, 0, static_cast<int>(kMaxOsIndex) - 1);
+    std::function<bool(hwloc_obj_t)> bounded = [&](hwloc_obj_t o) {
+      for (hwloc_const_bitmap_t set :
+           {o->cpuset, o->complete_cpuset, o->nodeset, o->complete_nodeset})
+        if (set && !hwloc_bitmap_isincluded(set, range)) return false;
+      for (hwloc_obj_t c = nullptr; (c = hwloc_get_next_child(tree->topo, o, c));)
+        if (!bounded(c)) return false;
+      return true;
+    };
+    const bool ok = bounded(hwloc_get_root_obj(tree->topo));
+    hwloc_bitmap_free(range);
+    if (!ok) return fail("a cpu or node set without end, or with indices beyond 65535");
   }
 
   Topology t = extractHardware(tree->topo);
