@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -636,9 +637,21 @@ static std::optional<std::string> hwlocCrashesOn(const std::string& path) {
   pid_t pid = fork();
   if (pid < 0) return std::nullopt;  // no child: read it here, as before
   if (pid == 0) {
+    // Die of the signal, whatever handlers the process installed (a
+    // sanitizer's or a fuzzer's would turn the crash into an exit status,
+    // or a report of their own): the kernel's sigaction, not libc's, which
+    // sanitizers intercept.
+    struct {
+      void (*handler)(int);
+      unsigned long flags;
+      void (*restorer)();
+      uint64_t mask;
+    } dfl{SIG_DFL, 0, nullptr, 0};
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
+      syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));
     hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(1);
-    _exit(hwloc_topology_load(t) == 0 ? 0 : 1);  // no destroy, no atexit: nothing to tidy
+    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(3);
+    _exit(hwloc_topology_load(t) == 0 ? 0 : 3);  // no destroy, no atexit: nothing to tidy
   }
   constexpr auto kLimit = std::chrono::seconds(30);
   const auto until = std::chrono::steady_clock::now() + kLimit;
@@ -655,12 +668,15 @@ static std::optional<std::string> hwlocCrashesOn(const std::string& path) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  if (WIFSIGNALED(status))
-    return fmt::format(
-        "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
-        "refuse such files)",
-        strsignal(WTERMSIG(status)));
-  return std::nullopt;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;  // it loads
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) return std::nullopt;  // refused: say why below
+  if (!WIFSIGNALED(status))
+    return fmt::format("malformed: hwloc failed reading it (exit status {} of the reading process)",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return fmt::format(
+      "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
+      "refuse such files)",
+      strsignal(WTERMSIG(status)));
 }
 
 Result<Topology> loadXml(const std::string& path) {
