@@ -42,7 +42,7 @@ bool Key::isZero() const {
 
 Key deriveKey(std::string_view secret) {
   Key k;
-  if (!sodiumReady()) abort();  // cannot happen on a working libsodium; no key is worse
+  (void)sodiumReady();  // picks the fastest implementation; hashing works either way
   crypto_generichash_state st;
   crypto_generichash_init(&st, nullptr, 0, k.bytes.size());
   crypto_generichash_update(&st, reinterpret_cast<const uint8_t*>(kKeyLabel), sizeof(kKeyLabel));

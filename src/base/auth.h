@@ -161,7 +161,7 @@ class Handshake {
   Key key_;
   Purpose purpose_;
   Identity expect_;
-  Step step_;  // the message expected next
+  Step step_ = Step::kHello;  // the message expected next
   State state_ = State::kRunning;
   HelloMsg hello_{};    // the initiator's (sent or received)
   AnswerMsg answer_{};  // the responder's (sent or received)
