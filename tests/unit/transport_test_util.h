@@ -214,6 +214,18 @@ inline Status pump(Connection& c, uint64_t sendTotal, uint32_t sendSeed, uint64_
       std::this_thread::yield();
     }
   }
+  // A transport that moves bytes only when called (an NCCL net plugin) may
+  // still hold what this side "sent": push it out before returning, or the
+  // peer's pump waits for bytes nobody drives (it did: about 1 run in 10 of
+  // NcclNetStream.RetriesNullCommsAndNullRequests timed out so).
+  while (c.needsProgress()) {
+    auto idle = c.progress();
+    if (!idle.isOk()) return idle.status();
+    if (*idle) break;
+    if (Clock::now() > end)
+      return Status(Code::kInternalError, "pump timed out with sends not yet gone");
+    std::this_thread::yield();
+  }
   return Status::ok();
 }
 
