@@ -633,6 +633,17 @@ bool hwlocReadsAnyXml() {
 // loaded and the child opens no library. Says why when the child crashed or
 // hung; nothing when it read or refused the file.
 static std::optional<std::string> hwlocCrashesOn(const std::string& path) {
+  // Only where fork is safe: a child of a process with other threads may
+  // hang on a lock one of them held (seen under ASan: a communicator's init
+  // with ranks as threads). There xml_guard.h's patterns are all we check.
+  {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    int threads = 0;
+    while (std::getline(status, line))
+      if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
+    if (threads != 1) return std::nullopt;
+  }
   fflush(nullptr);
   pid_t pid = fork();
   if (pid < 0) return std::nullopt;  // no child: read it here, as before

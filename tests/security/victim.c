@@ -411,8 +411,12 @@ int main(int argc, char** argv) {
 
   int results[2];
   if (pipe(results) != 0) return 2;
-  pid_t* pids = calloc((size_t)c.n, sizeof(pid_t));
-  int* idPipes = calloc((size_t)c.n, sizeof(int));
+  /* static: reachable for as long as any process of the job lives (ranks
+     return from main with them allocated; LeakSanitizer would call it a leak). */
+  static pid_t* pids;
+  static int* idPipes;
+  pids = calloc((size_t)c.n, sizeof(pid_t));
+  idPipes = calloc((size_t)c.n, sizeof(int));
   for (int r = 0; r < c.n; ++r) {
     int p[2];
     if (pipe(p) != 0) return 2;
