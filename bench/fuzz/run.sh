@@ -7,10 +7,11 @@
 # short form (ctest fuzz.short: a few seconds per target).
 #   bench/fuzz/run.sh [--runs N] [--parallel N] [target...]
 # Prints a table: target | executions | seconds | exec/s | crashes | exit.
-# At 5,000 (topology_xml) to 300,000 (unique_id) executions per second on
-# one core, the default takes about 50 minutes: 35 for topology_xml, 6 for
-# config_file, under 4 for each other target (docs/architecture.md,
-# "Fuzzing"); --parallel 2 runs two targets at a time. Exit status:
+# At 25,000 to 300,000 executions per second on one core the targets but
+# topology_xml take about 20 minutes together; topology_xml runs at about 560
+# a second (hwloc reads each input twice, once in a child process), about 5
+# hours for its 10,000,000 (docs/architecture.md, "Fuzzing"); --parallel 2
+# runs two targets at a time. Exit status:
 # scripts/fuzz.sh's (1 on a crash, 77 when clang-14 or libFuzzer is missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
