@@ -105,17 +105,6 @@ std::string describe(const std::vector<Listener>& ls) {
   return s;
 }
 
-int connectLoopback(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
 // `n` connections to each port: idle ones, and ones that sent the first
 // byte of a hello and stopped (the attacks of issue 29).
 std::vector<int> strangers(const std::vector<uint16_t>& ports, int n) {

@@ -79,17 +79,6 @@ core::UniqueIdData idData(const ncclUniqueId& id) {
   return parsed.isOk() ? parsed.value() : core::UniqueIdData{};
 }
 
-int connectLoopback(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
 // Whether something listens on 127.0.0.1:port (the probe closes at once; the
 // root drops a connection without a hello).
 bool listening(uint16_t port) {

@@ -2,7 +2,11 @@
 // memory or TCP (NCCL_SHM_DISABLE=1), created through the public C API.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -36,6 +40,19 @@ struct Env {
   Env& operator=(const Env&) = delete;
   std::vector<const char*> names;
 };
+
+// A blocking TCP connection to 127.0.0.1:port, or -1 (probes of tutti's
+// listeners in the bootstrap tests).
+inline int connectLoopback(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
 
 // Runs fn(rank, comm) on n threads; communicators are created and destroyed here.
 inline void runRanks(int n, const std::function<void(int, ncclComm_t)>& fn) {
