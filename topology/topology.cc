@@ -4,10 +4,7 @@
 #include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -626,70 +623,6 @@ bool hwlocReadsAnyXml() {
   return full;
 }
 
-// hwloc 2.9 crashes (SIGSEGV, SIGABRT) on malformed files of more kinds
-// than xml_guard.h knows (fuzzing keeps finding new ones): a child process
-// reads the file first, and a crash there is the file's error, not the
-// process's death. The caller holds a topology, so hwloc's components are
-// loaded and the child opens no library. Says why when the child crashed or
-// hung; nothing when it read or refused the file.
-static std::optional<std::string> hwlocCrashesOn(const std::string& path) {
-  // Only where fork is safe: a child of a process with other threads may
-  // hang on a lock one of them held (seen under ASan: a communicator's init
-  // with ranks as threads). There xml_guard.h's patterns are all we check.
-  {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    int threads = 0;
-    while (std::getline(status, line))
-      if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
-    if (threads != 1) return std::nullopt;
-  }
-  fflush(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) return std::nullopt;  // no child: read it here, as before
-  if (pid == 0) {
-    // Die of the signal, whatever handlers the process installed (a
-    // sanitizer's or a fuzzer's would turn the crash into an exit status,
-    // or a report of their own): the kernel's sigaction, not libc's, which
-    // sanitizers intercept.
-    struct {
-      void (*handler)(int);
-      unsigned long flags;
-      void (*restorer)();
-      uint64_t mask;
-    } dfl{SIG_DFL, 0, nullptr, 0};
-    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
-      syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(3);
-    _exit(hwloc_topology_load(t) == 0 ? 0 : 3);  // no destroy, no atexit: nothing to tidy
-  }
-  constexpr auto kLimit = std::chrono::seconds(30);
-  const auto until = std::chrono::steady_clock::now() + kLimit;
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return std::nullopt;
-    if (std::chrono::steady_clock::now() >= until) {
-      kill(pid, SIGKILL);
-      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      return fmt::format("hwloc did not finish reading it in {} s", kLimit.count());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;  // it loads
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) return std::nullopt;  // refused: say why below
-  if (!WIFSIGNALED(status))
-    return fmt::format("malformed: hwloc failed reading it (exit status {} of the reading process)",
-                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  return fmt::format(
-      "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
-      "refuse such files)",
-      strsignal(WTERMSIG(status)));
-}
-
 Result<Topology> loadXml(const std::string& path) {
   auto fail = [&](const std::string& why) {
     return invalidArgument(fmt::format("cannot load topology file '{}': {}", path, why));
@@ -714,7 +647,7 @@ Result<Topology> loadXml(const std::string& path) {
   errno = 0;
   if (hwloc_topology_set_xml(tree->topo, path.c_str()) != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
-  if (auto crashed = hwlocCrashesOn(path)) return fail(*crashed);
+  if (auto crashed = hwlocCrashesInChild(path)) return fail(*crashed);
   errno = 0;
   if (hwloc_topology_load(tree->topo) != 0) {
     const char* why = errno ? strerror(errno) : "invalid content";

@@ -1,8 +1,22 @@
 #include "topology/xml_guard.h"
 
+#include <errno.h>
+#include <fmt/format.h>
+#include <hwloc.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <thread>
 #include <vector>
 
 namespace tutti::topo {
@@ -60,6 +74,24 @@ bool plainSet(const std::string& v) {
   return true;
 }
 
+// A set hwloc would write (plainSet), as a bitmap; freed on scope exit.
+struct Set {
+  hwloc_bitmap_t bits = nullptr;
+  explicit Set(const std::string& v) : bits(hwloc_bitmap_alloc()) {
+    // hwloc 2.9 reads a byte past an empty string: "" is the empty set.
+    if (bits && !v.empty() && hwloc_bitmap_sscanf(bits, v.c_str()) != 0) hwloc_bitmap_zero(bits);
+  }
+  ~Set() { hwloc_bitmap_free(bits); }
+  Set(const Set&) = delete;
+  Set& operator=(const Set&) = delete;
+};
+
+const std::string* valueOf(const std::vector<Attribute>& attrs, const char* name) {
+  for (const auto& a : attrs)
+    if (a.name == name) return &a.value;
+  return nullptr;
+}
+
 bool endsWith(const std::string& s, const char* tail) {
   const size_t n = std::strlen(tail);
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
@@ -76,7 +108,13 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
       return std::string("a DOCTYPE without a SYSTEM id");
   }
   static const char* const kSets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"};
+  bool sawRoot = false;  // the first object is the root (the machine)
   for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
+    if (text.compare(at, 4, "<!--") == 0) {  // no tag inside a comment
+      at = text.find("-->", at + 4);
+      if (at == std::string::npos) break;
+      continue;
+    }
     const auto attrs = attributesOf(text, at);
     int sets = 0;
     for (const char* set : kSets)
@@ -93,8 +131,95 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
         return a.name + "=\"" + a.value.substr(0, 40) + "\" (at byte " + std::to_string(at) +
                ") is not a set as hwloc writes it (0x and hex digits, then ,0x and 8 for each "
                "further word)";
+    const bool root = object && !sawRoot;
+    sawRoot = sawRoot || object;
+    if (!object || sets != 4) continue;
+    // Sets that leave the machine without a PU. hwloc keeps of the root's
+    // cpuset what complete_cpuset and allowed_cpuset also hold; when that
+    // is nothing and no child object was read (a stray text line inside the
+    // root ends the libxml2 reader's list of its children, say), hwloc
+    // removes the root itself and then dereferences it ("Topology became
+    // empty", found by fuzzing). hwloc writes every object's cpuset and
+    // nodeset within its complete ones, and the root's allowed sets within
+    // its sets.
+    for (const char* kind : {"cpuset", "nodeset"}) {
+      const std::string complete = std::string("complete_") + kind;
+      Set set(*valueOf(attrs, kind)), whole(*valueOf(attrs, complete.c_str()));
+      if (!set.bits || !whole.bits) continue;  // out of memory: nothing to say
+      if (!hwloc_bitmap_isincluded(set.bits, whole.bits))
+        return "an object (at byte " + std::to_string(at) + ") whose " + kind +
+               " is not within its " + complete;
+    }
+    const std::string* allowed = root ? valueOf(attrs, "allowed_cpuset") : nullptr;
+    if (!allowed) continue;
+    Set set(*valueOf(attrs, "cpuset")), permitted(*allowed);
+    if (set.bits && permitted.bits && !hwloc_bitmap_iszero(set.bits) &&
+        !hwloc_bitmap_intersects(set.bits, permitted.bits))
+      return "the root object (at byte " + std::to_string(at) +
+             ") allows none of the PUs of its cpuset (allowed_cpuset)";
   }
   return std::nullopt;
+}
+
+// hwloc 2.9 crashes (SIGSEGV, SIGABRT) on malformed files of more kinds
+// than the patterns above know: a crash in a child is the file's error, not
+// the process's death.
+std::optional<std::string> hwlocCrashesInChild(const std::string& path) {
+  // Only where fork is safe: a child of a process with other threads may
+  // hang on a lock one of them held (seen under ASan: a communicator's init
+  // with ranks as threads). There the patterns are all we check.
+  {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    int threads = 0;
+    while (std::getline(status, line))
+      if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
+    if (threads != 1) return std::nullopt;
+  }
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return std::nullopt;  // no child: read it here, as before
+  if (pid == 0) {
+    // Die of the signal, whatever handlers the process installed (a
+    // sanitizer's or a fuzzer's would turn the crash into an exit status,
+    // or a report of their own): the kernel's sigaction, not libc's, which
+    // sanitizers intercept.
+    struct {
+      void (*handler)(int);
+      unsigned long flags;
+      void (*restorer)();
+      uint64_t mask;
+    } dfl{SIG_DFL, 0, nullptr, 0};
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
+      syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(3);
+    _exit(hwloc_topology_load(t) == 0 ? 0 : 3);  // no destroy, no atexit: nothing to tidy
+  }
+  constexpr auto kLimit = std::chrono::seconds(30);
+  const auto until = std::chrono::steady_clock::now() + kLimit;
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return fmt::format("hwloc did not finish reading it in {} s", kLimit.count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;  // it loads
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) return std::nullopt;  // refused: say why below
+  if (!WIFSIGNALED(status))
+    return fmt::format("malformed: hwloc failed reading it (exit status {} of the reading process)",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  return fmt::format(
+      "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
+      "refuse such files)",
+      strsignal(WTERMSIG(status)));
 }
 
 }  // namespace tutti::topo

@@ -12,7 +12,20 @@
 //   hwloc_libxml_look_init (pull request 786);
 // - a set attribute hwloc would not have written, such as ",0x1": an
 //   assertion fails in hwloc_bitmap_sscanf (count > 0).
-// Pure (no I/O); files hwloc wrote never match.
+// - sets that leave the root without a PU (an object's cpuset or nodeset
+//   not within its complete one; the root's allowed_cpuset disjoint from
+//   its cpuset): when no child object was read either, hwloc removes the
+//   root and then dereferences it ("Topology became empty").
+// Pure (no I/O); files hwloc wrote never match. These patterns are all that
+// guards a process with threads (a framework's, a communicator's init).
+//
+// hwlocCrashesInChild(path), for crashes of kinds no pattern knows yet: in a
+// single-threaded process (`tutti-topo --load`, a program's first init), a
+// child process reads the file with hwloc first, and says why when hwloc
+// crashed or hung there; nothing when it read or refused the file, and
+// nothing in a process with threads (a child of one may hang on a lock
+// another thread held) or when fork fails. The caller holds an hwloc
+// topology, so hwloc's components are loaded and the child opens no library.
 #pragma once
 
 #include <optional>
@@ -21,5 +34,7 @@
 namespace tutti::topo {
 
 std::optional<std::string> hwlocCrashReason(const std::string& text);
+
+std::optional<std::string> hwlocCrashesInChild(const std::string& path);
 
 }  // namespace tutti::topo

@@ -8,9 +8,9 @@
 #   bench/fuzz/run.sh [--runs N] [--parallel N] [target...]
 # Prints a table: target | executions | seconds | exec/s | crashes | exit.
 # At 25,000 to 300,000 executions per second on one core the targets but
-# topology_xml take about 20 minutes together; topology_xml runs at about 560
-# a second (hwloc reads each input twice, once in a child process), about 5
-# hours for its 10,000,000 (docs/architecture.md, "Fuzzing"); --parallel 2
+# topology_xml take about 20 minutes together; topology_xml runs at about
+# 1,000 a second (hwloc reads each input and its dump), about 3 hours for its
+# 10,000,000 (docs/architecture.md, "Fuzzing"); --parallel 2
 # runs two targets at a time. Exit status:
 # scripts/fuzz.sh's (1 on a crash, 77 when clang-14 or libFuzzer is missing).
 set -euo pipefail

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -372,28 +373,31 @@ TEST_F(TopologyXml, FilesThatWouldCrashHwlocAreRefusedWithTheReason) {
   at = noIndex.find("type=\"NUMANode\" os_index=");
   ASSERT_NE(at, std::string::npos);
   noIndex.replace(at + 16, 8, "os_indey");
+  // A root whose cpuset is not within its complete_cpuset, and a stray text
+  // line that hides its children from the libxml2 reader: hwloc removes the
+  // root and dereferences it ("Topology became empty", found by fuzzing).
+  std::string rootEmptied = xml;
+  at = rootEmptied.find("complete_cpuset=\"");
+  ASSERT_NE(at, std::string::npos);
+  rootEmptied.replace(at + 17, rootEmptied.find('"', at + 17) - at - 17, "0x10000000");
+  // The root's allowed_cpuset disjoint from its cpuset: the same crash.
+  std::string noneAllowed = xml;
+  at = noneAllowed.find("allowed_cpuset=\"");
+  ASSERT_NE(at, std::string::npos);
+  noneAllowed.replace(at + 16, noneAllowed.find('"', at + 16) - at - 16, "0x10000000");
   std::vector<std::tuple<const char*, std::string, const char*>> cases = {
       {"typo.xml", typo, "some but not all of cpuset"},
-      {"badset.xml", badSet, "is not a set as hwloc writes it"}};
+      {"badset.xml", badSet, "is not a set as hwloc writes it"},
+      {"rootemptied.xml", rootEmptied, "cpuset is not within its complete_cpuset"},
+      {"noneallowed.xml", noneAllowed, "allows none of the PUs of its cpuset"}};
+  // These are refused before hwloc reads them, in any process (with threads
+  // no child reads the file first).
+  for (const auto& [name, text, reason] : cases) {
+    auto why = hwlocCrashReason(text);
+    ASSERT_TRUE(why.has_value()) << name;
+    EXPECT_NE(why->find(reason), std::string::npos) << *why;
+  }
   if (hwlocReadsAnyXml()) cases.emplace_back("noindex.xml", noIndex, "NUMANode object (gp_index");
-  // One of the crashes xml_guard.h does not know (fuzzing, "Topology became
-  // empty"): a child process reads a file first, and its crash is the
-  // file's error.
-  std::string fuzzed = fixturePath();
-  fuzzed = fuzzed.substr(0, fuzzed.find("/unit/data/")) +
-           "/fuzz/corpus/topology_xml/hwloc_crash_topology_became_empty.xml";
-  // loadXml forks only in a single-threaded process (a sanitizer's runtime
-  // may add a thread of its own): without the child, this file would crash
-  // this process, so it is tried only where the child reads it.
-  auto threads = [] {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-      if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
-    return 0;
-  };
-  if (hwlocReadsAnyXml() && threads() == 1)
-    cases.emplace_back("fuzzed.xml", readFile(fuzzed), "hwloc crashed");
   for (const auto& [name, text, reason] : cases) {
     std::string path = tempPath(name);
     std::ofstream(path) << text;
@@ -403,6 +407,47 @@ TEST_F(TopologyXml, FilesThatWouldCrashHwlocAreRefusedWithTheReason) {
     EXPECT_NE(r.status().message().find(reason), std::string::npos) << r.status().message();
     std::remove(path.c_str());
   }
+}
+
+// Every input on which fuzzing saw hwloc crash is kept in the fuzz corpus
+// as hwloc_crash_*.xml, and each is refused by the patterns alone: a process
+// with threads (where no child reads the file first) never hands it to
+// hwloc. The corpus replay (fuzz.replay.topology_xml) runs single-threaded,
+// where the child would hide a missing pattern.
+TEST_F(TopologyXml, EveryCrashFoundByFuzzingIsRefusedByThePatterns) {
+  std::string dir = fixturePath();
+  dir = dir.substr(0, dir.find("/unit/data/")) + "/fuzz/corpus/topology_xml";
+  int crashes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("hwloc_crash_", 0) != 0) continue;
+    ++crashes;
+    EXPECT_TRUE(hwlocCrashReason(readFile(entry.path().string())).has_value()) << name;
+  }
+  EXPECT_GE(crashes, 3) << "no hwloc_crash_* inputs in " << dir;
+}
+
+// A crash of hwloc that no pattern knows is the file's error where a child
+// can read the file first: the file above ("Topology became empty") handed
+// to the child directly, past the patterns.
+TEST_F(TopologyXml, ChildReadsTheFileFirstInASingleThreadedProcess) {
+  std::string fuzzed = fixturePath();
+  fuzzed = fuzzed.substr(0, fuzzed.find("/unit/data/")) +
+           "/fuzz/corpus/topology_xml/hwloc_crash_topology_became_empty.xml";
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int threads = 0;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
+  // A sanitizer's runtime may add a thread of its own; hwloc's minimal
+  // parser (HWLOC_LIBXML=0) refuses the file instead of crashing.
+  if (threads != 1 || !hwlocReadsAnyXml())
+    GTEST_SKIP() << "needs a single-threaded process and hwloc's libxml2 reader";
+  auto why = hwlocCrashesInChild(fuzzed);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("hwloc crashed reading it"), std::string::npos) << *why;
+  // A file hwloc reads: nothing to say.
+  EXPECT_FALSE(hwlocCrashesInChild(fixturePath()).has_value());
 }
 
 // With hwloc's libxml2 reader the fixture loads; without it (run by ctest
