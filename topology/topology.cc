@@ -82,6 +82,19 @@ const char* infoOf(hwloc_obj_t obj, const char* name) {
   return obj ? hwloc_obj_get_info_by_name(obj, name) : nullptr;
 }
 
+// What hwloc's XML export keeps of a name or an info value: printable ASCII,
+// tab, newline and carriage return (it drops every other byte). Strings read
+// from hwloc pass through this, so that a dumped file loads back to an equal
+// Topology (a CPU model with a non-ASCII letter did not; found by fuzzing).
+std::string keptByXml(const char* s) {
+  std::string out;
+  for (; s && *s; ++s) {
+    const unsigned char c = static_cast<unsigned char>(*s);
+    if ((c >= 32 && c <= 126) || c == '\t' || c == '\n' || c == '\r') out += static_cast<char>(c);
+  }
+  return out;
+}
+
 // Path from the root to obj, both included.
 std::vector<hwloc_obj_t> chainOf(hwloc_obj_t obj) {
   std::vector<hwloc_obj_t> c;
@@ -198,7 +211,7 @@ Topology extractHardware(hwloc_topology_t t) {
   for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_PACKAGE, o));) {
     Package p;
     p.osIndex = o->os_index == HWLOC_UNKNOWN_INDEX ? -1 : static_cast<int>(o->os_index);
-    if (const char* m = infoOf(o, "CPUModel")) p.cpuModel = trim(m);
+    if (const char* m = infoOf(o, "CPUModel")) p.cpuModel = trim(keptByXml(m));
     p.cpus = bitmapToList(o->cpuset);
     out.packages.push_back(std::move(p));
   }
@@ -252,7 +265,7 @@ Topology extractHardware(hwloc_topology_t t) {
     d.kind = classify(a.class_id, a.vendor_id);
     d.vendorName = vendorNameOf(a.vendor_id);
     if (d.vendorName.empty()) {
-      if (const char* v = infoOf(o, "PCIVendor")) d.vendorName = trim(v);
+      if (const char* v = infoOf(o, "PCIVendor")) d.vendorName = trim(keptByXml(v));
     }
     // Rounded so that a value written to XML ("%f") and read back compares equal.
     d.linkGBs = std::round(static_cast<double>(a.linkspeed) * 100.0) / 100.0;
@@ -260,13 +273,13 @@ Topology extractHardware(hwloc_topology_t t) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
       switch (c->attr->osdev.type) {
         case HWLOC_OBJ_OSDEV_NETWORK:
-          d.netDevs.push_back(c->name);
+          d.netDevs.push_back(keptByXml(c->name));
           break;
         case HWLOC_OBJ_OSDEV_OPENFABRICS:
-          d.ibDevs.push_back(c->name);
+          d.ibDevs.push_back(keptByXml(c->name));
           break;
         default:
-          d.otherDevs.push_back(c->name);
+          d.otherDevs.push_back(keptByXml(c->name));
           break;
       }
     }
@@ -703,10 +716,10 @@ Result<Topology> loadXml(const std::string& path) {
   Topology t = extractHardware(tree->topo);
   hwloc_obj_t root = hwloc_get_root_obj(tree->topo);
   if (const char* h = infoOf(root, kInfoHostname))
-    t.hostname = h;
+    t.hostname = keptByXml(h);
   else if (const char* h2 = infoOf(root, "HostName"))
-    t.hostname = h2;
-  if (const char* b = infoOf(root, kInfoBootId)) t.bootId = b;
+    t.hostname = keptByXml(h2);
+  if (const char* b = infoOf(root, kInfoBootId)) t.bootId = keptByXml(b);
   if (auto v = params::get("TUTTI_HOST_ID")) {
     t.hostId = fnv1a(v->data(), v->size());
   } else if (const char* id = infoOf(root, kInfoHostId)) {
