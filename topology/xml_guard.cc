@@ -15,9 +15,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <thread>
 #include <vector>
+
+#include "base/thread.h"
 
 namespace tutti::topo {
 namespace {
@@ -168,14 +169,7 @@ std::optional<std::string> hwlocCrashesInChild(const std::string& path) {
   // Only where fork is safe: a child of a process with other threads may
   // hang on a lock one of them held (seen under ASan: a communicator's init
   // with ranks as threads). There the patterns are all we check.
-  {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    int threads = 0;
-    while (std::getline(status, line))
-      if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
-    if (threads != 1) return std::nullopt;
-  }
+  if (base::threadCount() != 1) return std::nullopt;
   fflush(nullptr);
   pid_t pid = fork();
   if (pid < 0) return std::nullopt;  // no child: read it here, as before

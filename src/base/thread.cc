@@ -5,14 +5,25 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <system_error>
 
 #include "base/log.h"
 
 namespace tutti::base {
+
+int threadCount() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  return 0;
+}
 namespace {
 
 // What setThreadFaultForTesting named; a constant-initialised atomic, so a

@@ -30,6 +30,11 @@ namespace tutti::base {
 
 void setThreadFaultForTesting(const char* fault);
 
+// The threads of this process now (/proc/self/status), or 0 when that
+// cannot be read. 1 means a fork() child runs without the risk of a lock
+// another thread held (topology/xml_guard.h's child reader).
+int threadCount();
+
 namespace thread_detail {
 // Throws when setThreadFaultForTesting named `site` (at `start`, or in the body).
 void testHook(const char* site, bool start);

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,22 @@ bool contains(const std::string& s, const std::string& what) {
 
 // An id nobody uses: its root ends TUTTI_INIT_TIMEOUT after ncclGetUniqueId,
 // its port closed and its thread gone.
+// base::threadCount() counts every thread of the process (the child reader
+// of topology files runs only where it is 1). A sanitizer may start a
+// thread of its own at any moment, so only "at least one more" is checked.
+TEST(ThreadCount, SeesAThreadThisProcessStarts) {
+  const int before = base::threadCount();
+  ASSERT_GE(before, 1);
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  const int during = base::threadCount();
+  stop = true;
+  t.join();
+  EXPECT_GE(during, before + 1);
+}
+
 TEST(RootLifetime, UnusedIdEndsAtInitTimeout) {
   Env env({{"NCCL_SOCKET_IFNAME", "lo"}, {"TUTTI_INIT_TIMEOUT", "1"}});
   const int threads = baselineThreads(), roots = threadCount("tutti-root");

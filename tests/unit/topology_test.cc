@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/params.h"
+#include "base/thread.h"
 #include "topology/xml_guard.h"
 
 namespace tutti::topo {
@@ -434,14 +435,9 @@ TEST_F(TopologyXml, ChildReadsTheFileFirstInASingleThreadedProcess) {
   std::string fuzzed = fixturePath();
   fuzzed = fuzzed.substr(0, fuzzed.find("/unit/data/")) +
            "/fuzz/corpus/topology_xml/hwloc_crash_topology_became_empty.xml";
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  int threads = 0;
-  while (std::getline(status, line))
-    if (line.rfind("Threads:", 0) == 0) threads = std::atoi(line.c_str() + 8);
   // A sanitizer's runtime may add a thread of its own; hwloc's minimal
   // parser (HWLOC_LIBXML=0) refuses the file instead of crashing.
-  if (threads != 1 || !hwlocReadsAnyXml())
+  if (tutti::base::threadCount() != 1 || !hwlocReadsAnyXml())
     GTEST_SKIP() << "needs a single-threaded process and hwloc's libxml2 reader";
   auto why = hwlocCrashesInChild(fuzzed);
   ASSERT_TRUE(why.has_value());
