@@ -169,6 +169,16 @@ ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
  * New declarations go below this comment; existing ones never change.
  */
 
+/* Whom the communicator's running operation waits for, as this rank sees it:
+ * the ranks it still expects messages from or still sends to, once the
+ * operation has made no progress for 100 ms (until then, and when nothing
+ * runs, none). Writes up to `capacity` ranks, ascending, into `ranks` and
+ * how many there are into *count (which may exceed `capacity`). Callable
+ * from any thread while another runs the operation: for a watchdog that
+ * names the ranks in its timeout error. ncclInvalidArgument for a NULL or
+ * destroyed comm, a NULL count, or a NULL ranks with capacity > 0. */
+ncclResult_t tuttiCommWaitingOn(ncclComm_t comm, int* ranks, int capacity, int* count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "base/log.h"
 #include "capi/errors.h"
@@ -304,3 +305,19 @@ TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   });
 }
 TUTTI_PNCCL(ncclCommUserRank)
+
+TUTTI_API ncclResult_t tuttiCommWaitingOn(ncclComm_t comm, int* ranks, int capacity, int* count) {
+  return guard("tuttiCommWaitingOn", [&] {
+    ncclResult_t rc = checkComm(comm, "tuttiCommWaitingOn", false);
+    if (rc != ncclSuccess) return rc;
+    if (!count || capacity < 0 || (capacity > 0 && !ranks))
+      return fail(ncclInvalidArgument,
+                  "tuttiCommWaitingOn: count is NULL, capacity negative, or ranks NULL", comm);
+    // Nothing runs on a communicator whose initialisation has not finished.
+    std::vector<int> w;
+    if (comm->init.state() == tutti::Code::kOk) w = comm->impl()->waitingOn();
+    *count = static_cast<int>(w.size());
+    std::copy_n(w.begin(), std::min(capacity, *count), ranks);
+    return ncclSuccess;
+  });
+}

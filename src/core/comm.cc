@@ -698,6 +698,24 @@ Status Comm::error() const {
   return error_;
 }
 
+void Comm::noteWaiting(const std::vector<int>& peers) {
+  std::lock_guard<std::mutex> lk(waitingMu_);
+  waitingOn_ = peers;
+  std::sort(waitingOn_.begin(), waitingOn_.end());
+  waitingNoted_.store(true, std::memory_order_relaxed);
+}
+
+void Comm::clearWaitingNow() {
+  std::lock_guard<std::mutex> lk(waitingMu_);
+  waitingOn_.clear();
+  waitingNoted_.store(false, std::memory_order_relaxed);
+}
+
+std::vector<int> Comm::waitingOn() const {
+  std::lock_guard<std::mutex> lk(waitingMu_);
+  return waitingOn_;
+}
+
 std::vector<uint64_t> Comm::channelMessages() const {
   std::vector<uint64_t> out(nChannels_, 0);
   for (auto& v : channels_)

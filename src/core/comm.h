@@ -233,6 +233,18 @@ class Comm {
 
   std::vector<uint64_t> channelMessages() const;
 
+  // Whom the running operation waits for: the peers its stall checks (every
+  // 100 ms without progress: the executor's, the one-shot path's) found it
+  // still expecting messages from or still sending to, until it ends. Set
+  // and cleared by the thread running the operation; read from any thread
+  // (tuttiCommWaitingOn: a framework's watchdog names them in its timeout).
+  // Ascending.
+  void noteWaiting(const std::vector<int>& peers);
+  void clearWaiting() {
+    if (waitingNoted_.load(std::memory_order_relaxed)) clearWaitingNow();
+  }
+  std::vector<int> waitingOn() const;
+
   // Failure explanations between ranks. When an operation fails here, every
   // connected peer is told why (best effort, within 1 s) before this rank
   // closes its connections; a peer that then sees this rank close looks for
@@ -318,6 +330,10 @@ class Comm {
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};
+  void clearWaitingNow();
+  mutable std::mutex waitingMu_;
+  std::vector<int> waitingOn_;
+  std::atomic<bool> waitingNoted_{false};
 };
 
 }  // namespace tutti::core

@@ -136,6 +136,16 @@ class Run {
   }
   // The peer whose connection failed, when the last error came from one.
   int failedPeer() const { return failedPeer_; }
+  // Whom this run waits for (Comm::noteWaiting): the peers it still expects
+  // messages from, and those whose connection takes no more bytes. (A send
+  // still to come that waits on a receive waits on the receive's peer.)
+  void listWaiting(std::vector<int>* peers) const {
+    for (const auto& p : peers_) {
+      bool blocked = false;
+      for (uint8_t full : p.sendFull) blocked = blocked || (p.sendsLeft && full);
+      if (p.recvsLeft || blocked) peers->push_back(p.peer);
+    }
+  }
   // What this run waits for can ring this rank's doorbell: the communicator
   // has a node arena (shared-memory rings and one-shot steps both ring it).
   // (Not while a device-IPC collective runs: its barriers ring another
@@ -736,6 +746,7 @@ struct LoopScratch {
   std::vector<Status> connected;
   std::vector<pollfd> fds;
   std::vector<std::pair<PeerRun*, int>> owners;
+  std::vector<int> waiting;  // peers a stalled run waits for
   bool busy = false;
 };
 
@@ -757,8 +768,12 @@ Status execute(std::vector<Work*>& work) {
   ls.busy = true;
   struct Release {
     LoopScratch& ls;
-    ~Release() { ls.busy = false; }
-  } release{ls};
+    std::vector<Work*>& work;
+    ~Release() {
+      ls.busy = false;
+      for (Work* w : work) w->comm->clearWaiting();
+    }
+  } release{ls, work};
   std::vector<Run*>& runs = ls.runs;
   runs.clear();
   std::vector<std::shared_ptr<Run>> extra;  // a second Work of one communicator (not expected)
@@ -896,6 +911,10 @@ Status execute(std::vector<Work*>& work) {
         if (runs[i]->done()) continue;
         Status st = runs[i]->checkStalled(lastProgress);
         if (!st) return failGroup(i, st);
+        std::vector<int>& waiting = ls.waiting;
+        waiting.clear();
+        runs[i]->listWaiting(&waiting);
+        if (!waiting.empty()) work[i]->comm->noteWaiting(waiting);
       }
     }
     if (!unpollable) {

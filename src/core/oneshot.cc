@@ -532,6 +532,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
                       comm_->describePeer(q), rank_, what));
     }
   }
+  if (!waiting.empty()) comm_->noteWaiting(waiting);
   double secs = std::chrono::duration<double>(idle).count();
   if (waiting.empty() || secs < comm_->timeoutSec()) return Status::ok();
   std::string names;
@@ -549,6 +550,10 @@ bool OneShot::anyPeerGone() const {
 }
 
 Status OneShot::run(OneShotOp& op) {
+  struct ClearWaiting {
+    Comm* comm;
+    ~ClearWaiting() { comm->clearWaiting(); }
+  } clearWaiting{comm_};
   base::Backoff backoff(comm_->oversubscribed());
   auto nextCheck = Clock::duration(std::chrono::milliseconds(100));
   for (;;) {

@@ -190,6 +190,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   }
   int rank() const { return rank_; }
 
+  // " (waiting for rank(s) 1, 2)": whom the running operation waits for, as
+  // tutti sees it (tuttiCommWaitingOn), or "" when it cannot tell. Takes
+  // commMu_: call without holding mu_.
+  std::string waitingOn() {
+    std::lock_guard<std::mutex> lk(commMu_);
+    if (commGone_) return "";
+    int ranks[16];
+    int n = 0;
+    if (tuttiCommWaitingOn(comm_, ranks, 16, &n) != ncclSuccess || n <= 0) return "";
+    std::string list;
+    for (int i = 0; i < n && i < 16; ++i) list += (i ? ", " : "") + std::to_string(ranks[i]);
+    if (n > 16) list += ", ... (" + std::to_string(n) + " in all)";
+    return std::string(" (waiting for rank") + (n > 1 ? "s " : " ") + list + ")";
+  }
+
   // Queues tasks that run as one unit (one NCCL group when more than one).
   // `bytes` is only used by the trace.
   void enqueue(std::vector<Task> tasks, std::vector<c10::intrusive_ptr<TuttiWork>> works,
@@ -377,10 +392,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
         uint64_t s = seq_;
         auto dl = deadline_;
         if (cv_.wait_until(lk, dl, [&] { return !busy_ || seq_ != s || aborted_; })) continue;
-        std::string msg = "operation '" + runningName_ + "' timed out after " +
-                          std::to_string(runningTimeout_.count()) + " ms on rank " +
-                          std::to_string(rank_) + "; the communicator was aborted";
-        lk.unlock();
+        const std::string name = runningName_;
+        const ms limit = runningTimeout_;
+        lk.unlock();  // waitingOn() takes commMu_, which is taken before mu_
+        std::string msg = "Timed out after " + std::to_string(limit.count()) +
+                          " ms waiting for operation '" + name + "' on rank " +
+                          std::to_string(rank_) + waitingOn() + "; the communicator was aborted";
         abort(msg);
         lk.lock();
       } else {
@@ -416,9 +433,9 @@ bool TuttiWork::wait(ms timeout) {
     cv_.wait(lk, [&] { return completed_; });
   } else if (!cv_.wait_for(lk, timeout, [&] { return completed_; })) {
     lk.unlock();
-    std::string msg = "wait() on '" + name_ + "' timed out after " +
-                      std::to_string(timeout.count()) + " ms on rank " +
-                      std::to_string(engine_->rank()) + "; the communicator was aborted";
+    std::string msg = "Timed out after " + std::to_string(timeout.count()) + " ms in wait() on '" +
+                      name_ + "' on rank " + std::to_string(engine_->rank()) +
+                      engine_->waitingOn() + "; the communicator was aborted";
     engine_->abort(msg);
     fail(msg);
   }
@@ -592,6 +609,7 @@ class ProcessGroupTutti : public PGBase {
            ncclGetErrorString(rc) + " (" + ncclGetLastError(nullptr) + ")");
     engine_ = std::make_shared<Engine>(comm, rank, timeout.count() > 0 ? timeout : ms(1800000));
     engine_->start();
+    store_ = store;
   }
 
   ~ProcessGroupTutti() override {
@@ -719,6 +737,49 @@ class ProcessGroupTutti : public PGBase {
               },
               false, opts.timeout};
     return submit(c10d::OpType::_ALLGATHER_BASE, {output}, {task});
+  }
+
+  // Gloo's semantics: outputs[r][i] receives rank r's inputs[i]; every rank
+  // gives inputs of the same shapes and types. One group of all-gathers.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override {
+    const char* op = "allgather_coalesced";
+    if (inputs.empty()) fail(std::string(op) + ": no input tensors");
+    if (static_cast<int>(outputs.size()) != getSize())
+      fail(std::string(op) + ": " + std::to_string(outputs.size()) +
+           " output lists, expected one per rank (" + std::to_string(getSize()) + ")");
+    std::vector<Task> tasks;
+    std::vector<at::Tensor> all;
+    auto eng = engine_.get();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      checkTensor(inputs[i], op);
+      at::Tensor in = contig(inputs[i]);
+      std::vector<at::Tensor> column;
+      for (auto& list : outputs) {
+        if (list.size() != inputs.size())
+          fail(std::string(op) + ": an output list has " + std::to_string(list.size()) +
+               " tensors, expected one per input (" + std::to_string(inputs.size()) + ")");
+        checkSame(list[i], in, op, "an output tensor");
+        column.push_back(list[i]);
+        all.push_back(list[i]);
+      }
+      at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+      tasks.push_back(Task{op,
+                           [=](ncclComm_t c) {
+                             eng->check(ncclAllGather(ptr(in), ptr(flat), nbytes(in), ncclUint8, c,
+                                                      nullptr),
+                                        c, "ncclAllGather");
+                           },
+                           [=]() mutable {
+                             const int64_t n = in.numel();
+                             for (size_t r = 0; r < column.size(); ++r)
+                               column[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n)
+                                                   .view(column[r].sizes()));
+                           },
+                           false, opts.timeout});
+    }
+    return submit(c10d::OpType::ALLGATHER_COALESCED, all, std::move(tasks));
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -967,6 +1028,87 @@ class ProcessGroupTutti : public PGBase {
     return submit(c10d::OpType::BARRIER, {}, {task});
   }
 
+  // Gloo's monitored barrier, through the group's store instead of the
+  // communicator (a rank that never comes must not leave the communicator
+  // waiting). Every rank but 0 checks in (its k-th arrival) and waits for
+  // rank 0's verdict on it; rank 0 waits for each rank's next arrival in
+  // rank order (for all of them with waitAllRanks) until the timeout, then
+  // gives each rank that came "ok" or its error, which names the ranks that
+  // did not arrive in Gloo's words. As with Gloo's messages, a rank's k-th
+  // arrival meets rank 0's k-th wait for it: a rank that skipped one call
+  // meets the next. PyTorch 1.13's dist.monitored_barrier refuses every
+  // backend but Gloo: tutti_torch.monitored_barrier calls this.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    const ms timeout = opts.timeout.count() > 0 ? opts.timeout : engine_->timeout();
+    const auto deadline = Clock::now() + timeout;
+    const std::string base = "tutti_torch/monitored_barrier/";
+    auto left = [&] {
+      return std::max(ms(1), std::chrono::duration_cast<ms>(deadline - Clock::now()));
+    };
+    auto forget = [&](const std::string& key) {
+      try {
+        store_->deleteKey(key);  // read once; a store without deletion keeps it
+      } catch (const std::exception&) {
+      }
+    };
+    const std::string me = std::to_string(getRank());
+    if (getRank() != 0) {
+      const std::string k = me + "/" + std::to_string(++monitoredArrivals_);
+      store_->set(base + "arrive/" + k, std::vector<uint8_t>{1});
+      // Rank 0 gives its verdict at the latest when its own timeout ends,
+      // which began when it called: a little longer here, so that a rank
+      // that came is told what rank 0 found instead of timing out with it.
+      const ms patience = timeout + std::min(timeout, ms(1000));
+      try {
+        store_->wait({base + "verdict/" + k}, patience);
+      } catch (const std::exception&) {
+        fail("Rank " + me + " successfully reached monitoredBarrier, but Timed out after " +
+             std::to_string(patience.count()) +
+             " ms waiting for rank 0 to release it (rank 0's error names the ranks that did not "
+             "arrive)");
+      }
+      std::vector<uint8_t> v = store_->get(base + "verdict/" + k);
+      forget(base + "verdict/" + k);
+      const std::string said(v.begin(), v.end());
+      if (said != "ok") fail("Rank " + me + " reached monitoredBarrier; rank 0 says: " + said);
+      return;
+    }
+    if (monitoredReceived_.empty()) monitoredReceived_.assign(getSize(), 0);
+    std::vector<int> missing, arrived;
+    for (int r = 1; r < getSize(); ++r) {
+      const std::string key = base + "arrive/" + std::to_string(r) + "/" +
+                              std::to_string(monitoredReceived_[r] + 1);
+      bool in = false;
+      if (Clock::now() < deadline && (missing.empty() || waitAllRanks)) {
+        try {
+          store_->wait({key}, left());
+          in = true;
+        } catch (const std::exception&) {
+        }
+      } else {
+        in = store_->check({key});  // once the time is up, or a rank is missing already
+      }
+      if (in) {
+        ++monitoredReceived_[r];
+        arrived.push_back(r);
+        forget(key);
+      } else if (missing.empty() || waitAllRanks) {
+        missing.push_back(r);
+      }
+    }
+    std::string said = "ok";
+    if (!missing.empty()) {
+      std::string list;
+      for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      said = std::string(missing.size() == 1 ? "Rank " : "Ranks ") + list +
+             " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms";
+    }
+    for (int r : arrived)
+      store_->set(base + "verdict/" + std::to_string(r) + "/" + std::to_string(monitoredReceived_[r]),
+                  std::vector<uint8_t>(said.begin(), said.end()));
+    if (!missing.empty()) fail(said);
+  }
+
 #if !TUTTI_TORCH_V2
   // batch_isend_irecv: everything between start and end runs as one group.
   void startCoalescing() override {
@@ -1133,6 +1275,9 @@ class ProcessGroupTutti : public PGBase {
   }
 
   std::shared_ptr<Engine> engine_;
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's own (a prefix store per group)
+  uint64_t monitoredArrivals_ = 0;             // a rank's monitored-barrier arrivals so far
+  std::vector<uint64_t> monitoredReceived_;    // rank 0: the arrivals met, per rank
   std::mutex coalesceMu_;
   bool coalescing_ = false;
   std::vector<Task> coalTasks_;

@@ -5,6 +5,7 @@
 
 #include "capi/handle.h"
 #include "harness.h"
+#include "tutti/tutti.h"
 
 namespace tutti::test {
 namespace {
@@ -529,6 +530,81 @@ TEST(Config, AbortEndsANonBlockingInitThatWaitsForItsPeers) {
   EXPECT_NE(st, ncclSuccess);
   EXPECT_STRNE(ncclGetLastError(comms[1]), "");
   ASSERT_EQ(ncclCommDestroy(comms[1]), ncclSuccess);
+}
+
+
+// tuttiCommWaitingOn names the ranks a stalled operation waits for, from
+// another thread, while it runs; none before it stalls and after it ends.
+// The last rank joins an all-reduce 1.5 s late. With 2 ranks the other names
+// it. With 3, each names the ranks it expects messages from (on a ring,
+// rank 1 waits for rank 0, which waits for rank 2): never itself, and
+// someone names the late rank. Every path: shared memory one-shot for the
+// small size, the executor's ring for the large one, TCP.
+void waitingOnTheLateRank(int n, size_t count) {
+  const int late = n - 1;
+  std::vector<std::vector<int>> seenBy(n);
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    std::vector<int32_t> v(count, r + 1);
+    std::vector<int>& seen = seenBy[r];
+    int none = -1;
+    int ranks[4] = {-1, -1, -1, -1};
+    EXPECT_EQ(tuttiCommWaitingOn(comm, ranks, 4, &none), ncclSuccess);
+    EXPECT_EQ(none, 0);
+    if (r == late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      if (r == late) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      int k = 0;
+      ASSERT_EQ(tuttiCommWaitingOn(comm, ranks, 4, &k), ncclSuccess);
+      EXPECT_FALSE(done.load()) << "rank " << r << ": the all-reduce ended before the late rank came";
+      seen.assign(ranks, ranks + std::min(k, 4));
+    });
+    ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess)
+        << ncclGetLastError(comm);
+    done = true;
+    watcher.join();
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], n * (n + 1) / 2) << "element " << i;
+    int after = -1;
+    EXPECT_EQ(tuttiCommWaitingOn(comm, ranks, 4, &after), ncclSuccess);
+    EXPECT_EQ(after, 0) << "rank " << r;
+  });
+  bool named = false;
+  for (int r = 0; r < late; ++r) {
+    EXPECT_FALSE(seenBy[r].empty()) << "rank " << r << " named nobody";
+    for (int q : seenBy[r]) {
+      EXPECT_TRUE(q >= 0 && q < n && q != r) << "rank " << r << " named " << q;
+      named = named || q == late;
+    }
+    if (n == 2) {
+      EXPECT_EQ(seenBy[r], std::vector<int>{late});
+    }
+  }
+  EXPECT_TRUE(named) << "nobody named the late rank " << late;
+}
+
+TEST(WaitingOn, NamesTheLateRank) {
+  for (int n : {2, 3})
+    for (size_t count : {size_t{16}, size_t{1} << 20}) waitingOnTheLateRank(n, count);
+}
+TEST(WaitingOn, NamesTheLateRankOverTcp) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  for (int n : {2, 3})
+    for (size_t count : {size_t{16}, size_t{1} << 20}) waitingOnTheLateRank(n, count);
+}
+
+TEST(WaitingOn, BadArgumentsAreErrors) {
+  int count = 0, ranks[2];
+  EXPECT_EQ(tuttiCommWaitingOn(nullptr, ranks, 2, &count), ncclInvalidArgument);
+  runRanks(1, [&](int, ncclComm_t comm) {
+    EXPECT_EQ(tuttiCommWaitingOn(comm, ranks, 2, nullptr), ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclGetLastError(comm)).find("count is NULL"), std::string::npos);
+    EXPECT_EQ(tuttiCommWaitingOn(comm, nullptr, 2, &count), ncclInvalidArgument);
+    EXPECT_EQ(tuttiCommWaitingOn(comm, ranks, -1, &count), ncclInvalidArgument);
+    EXPECT_EQ(tuttiCommWaitingOn(comm, nullptr, 0, &count), ncclSuccess);
+    EXPECT_EQ(count, 0);
+  });
 }
 
 }  // namespace

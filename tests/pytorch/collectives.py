@@ -290,6 +290,31 @@ if WORLD > 1:
             dist.recv(m[:, 1:3].t(), 0)
             C.eq(m[:, 1:3].t().reshape(-1), torch.arange(6.0), "recv into non-contiguous")
 
+# ---- all_gather_coalesced: several inputs of different shapes and dtypes ----
+# (PyTorch wants the inputs of one call to share a dtype.)
+for dtype, shapes in ((torch.float32, [(3,), (2, 5), (0,)]), (torch.int64, [(1001,)]),
+                      (torch.bfloat16, [(7, 3), (65537,), (4,)])):
+    ins = [data(RANK, int(torch.Size(sh).numel()), dtype).reshape(sh) + i
+           for i, sh in enumerate(shapes)]
+    outs = [[torch.empty_like(x) for x in ins] for _ in range(WORLD)]
+    dist.all_gather_coalesced(outs, ins)
+    gouts = None
+    if dtype != torch.bfloat16:  # Gloo's all_gather_coalesced has no bfloat16
+        gouts = [[torch.empty_like(x) for x in ins] for _ in range(WORLD)]
+        dist.all_gather_coalesced(gouts, ins, group=gloo)
+    for r in range(WORLD):
+        for i, sh in enumerate(shapes):
+            want = data(r, int(torch.Size(sh).numel()), dtype).reshape(sh) + i
+            C.eq(outs[r][i], want, "all_gather_coalesced rank %d input %d %s" % (r, i, sh))
+            if gouts is not None:
+                C.eq(outs[r][i], gouts[r][i], "all_gather_coalesced vs gloo")
+# async, and a non-contiguous input
+x = torch.arange(12.0).reshape(3, 4).t() + RANK
+outs = [[torch.empty(4, 3)] for _ in range(WORLD)]
+dist.all_gather_coalesced(outs, [x], async_op=True).wait()
+for r in range(WORLD):
+    C.eq(outs[r][0], torch.arange(12.0).reshape(3, 4).t() + r, "all_gather_coalesced non-contiguous")
+
 dist.barrier()
 
 # ---- rejected inputs: clear errors before anything is queued ----
@@ -307,6 +332,10 @@ expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)), ["int16"
 expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=ReduceOp.BAND), ["not supported"], "BAND")
 expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse()), ["dense"], "sparse")
 expect_error(lambda: dist.broadcast(torch.ones(3), src=WORLD + 3), ["root rank"], "bad root")
+expect_error(lambda: dist.all_gather_coalesced([[torch.ones(3)] for _ in range(WORLD)], [torch.ones(4)]),
+             ["allgather_coalesced", "elements"], "all_gather_coalesced shape")
+expect_error(lambda: dist.all_gather_coalesced([[torch.ones(3)]] * (WORLD + 1), [torch.ones(3)]),
+             ["allgather_coalesced", "output lists"], "all_gather_coalesced lists")
 dist.barrier()
 log("collectives: %d checks passed on rank %d of %d in %.1f s" % (C.n, RANK, WORLD, time.time() - t0))
 dist.destroy_process_group()

@@ -23,7 +23,7 @@ if RANK == 0:
         raise AssertionError("timeout: no exception")
     except RuntimeError as e:
         dt = time.time() - t0
-        assert "timed out" in str(e), str(e)
+        assert "Timed out" in str(e) and "waiting for rank 1" in str(e), str(e)
         assert dt < 10, dt
         log("timeout raised after %.2f s: %s" % (dt, str(e).splitlines()[0]))
     # later calls on the aborted group fail at once, with the same reason
@@ -32,7 +32,7 @@ if RANK == 0:
         dist.all_reduce(torch.ones(3), group=g1)
         raise AssertionError("aborted group accepted a call")
     except RuntimeError as e:
-        assert "timed out" in str(e) and time.time() - t0 < 2, str(e)
+        assert "Timed out" in str(e) and time.time() - t0 < 2, str(e)
 dist.barrier(group=gloo)
 
 # 2. Explicit wait(timeout) shorter than the group's.
@@ -44,7 +44,7 @@ if RANK == 1:
         w.wait(timeout=timedelta(milliseconds=500))
         raise AssertionError("wait(timeout): no exception")
     except RuntimeError as e:
-        assert "timed out" in str(e), str(e)
+        assert "Timed out" in str(e) and "waiting for rank 0" in str(e), str(e)
         assert time.time() - t0 < 5
         log("wait(timeout) raised: %s" % str(e).splitlines()[0])
 dist.barrier(group=gloo)

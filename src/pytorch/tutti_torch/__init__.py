@@ -15,7 +15,14 @@ import torch.distributed as dist
 from . import _C
 from ._C import ProcessGroupTutti
 
-__all__ = ["ProcessGroupTutti", "BACKEND", "tutti_version", "library_path", "is_tutti_group"]
+__all__ = [
+    "ProcessGroupTutti",
+    "BACKEND",
+    "tutti_version",
+    "library_path",
+    "is_tutti_group",
+    "monitored_barrier",
+]
 
 BACKEND = "tutti"
 tutti_version = _C.tutti_version
@@ -56,6 +63,29 @@ def _backend_of(group=None):
 
 def is_tutti_group(group=None):
     return _backend_of(group) is not None
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for a tutti group (PyTorch 1.13
+    refuses it for every backend but Gloo), with Gloo's semantics and words:
+    every rank but 0 checks in with rank 0, which waits for each until
+    `timeout` (the group's own when None) and then raises "Rank R failed to
+    pass monitoredBarrier in T ms" (with wait_all_ranks, every rank that did
+    not arrive: "Ranks 1, 3 failed ..."); the ranks that arrived raise too,
+    quoting rank 0. It goes through the group's store, not its communicator,
+    so the group stays usable after a failure. docs/pytorch.md.
+    """
+    pg = _backend_of(group)
+    if pg is None:
+        raise ValueError(
+            "tutti_torch.monitored_barrier: not a tutti group "
+            "(torch.distributed.monitored_barrier serves Gloo groups)"
+        )
+    if timeout is None:
+        timeout = timedelta(milliseconds=-1)  # the group's timeout
+    elif not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    pg.monitored_barrier(timeout, wait_all_ranks)
 
 
 _register()
