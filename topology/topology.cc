@@ -21,6 +21,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "base/log.h"
 #include "base/params.h"
@@ -188,7 +189,19 @@ std::string busIdOf(const hwloc_obj_t obj) {
                      static_cast<unsigned>(a.func));
 }
 
-CacheType cacheTypeOf(hwloc_obj_cache_type_t t) {
+// An enum hwloc read from a file holds whatever number the file gave
+// (osdev_type="8", cache_type="7"): it is read as its integer, since loading
+// it as the enum type is undefined for values outside it (found by fuzzing,
+// under UBSan).
+template <typename E>
+int rawEnum(const E& e) {
+  std::underlying_type_t<E> v;
+  static_assert(sizeof(v) == sizeof(e));
+  std::memcpy(&v, &e, sizeof(v));
+  return static_cast<int>(v);
+}
+
+CacheType cacheTypeOf(int t) {
   switch (t) {
     case HWLOC_OBJ_CACHE_DATA:
       return CacheType::kData;
@@ -240,7 +253,7 @@ Topology extractHardware(hwloc_topology_t t) {
     for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_depth(t, d, o));) {
       const auto& c = o->attr->cache;
       int shared = std::max(0, hwloc_bitmap_weight(o->cpuset));
-      ++caches[{static_cast<int>(c.depth), static_cast<int>(cacheTypeOf(c.type)), c.size, shared}];
+      ++caches[{static_cast<int>(c.depth), static_cast<int>(cacheTypeOf(rawEnum(c.type))), c.size, shared}];
     }
   }
   for (const auto& [key, count] : caches) {
@@ -271,7 +284,7 @@ Topology extractHardware(hwloc_topology_t t) {
     d.linkGBs = std::round(static_cast<double>(a.linkspeed) * 100.0) / 100.0;
     for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
       if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
-      switch (c->attr->osdev.type) {
+      switch (rawEnum(c->attr->osdev.type)) {
         case HWLOC_OBJ_OSDEV_NETWORK:
           d.netDevs.push_back(keptByXml(c->name));
           break;
