@@ -51,6 +51,8 @@
 # the job (ranks, and the parent hosting the root) minus the baseline's, MiB.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/security/lib.sh
+. "$ROOT/tests/security/lib.sh"  # freePort ssWatch wildcards
 T=10 TF=5 SECS=5 NR=4 BIN=$ROOT/build/tests/security LIB='' PROTO=auto OUT='' ROWS=''
 while getopts "T:F:t:n:b:l:p:o:r:h" opt; do
   case $opt in
@@ -81,33 +83,7 @@ echo "output: $OUT"
 
 want() { [ -z "$ROWS" ] || [[ " $ROWS " == *" $1 "* ]]; }
 
-# A port for NCCL_COMM_ID that nothing listens on.
-freePort() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 10000))
-    ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
-  done
-}
-
 victimEnv=(NCCL_SOCKET_IFNAME=lo NCCL_SHM_DISABLE=1 TUTTI_INIT_TIMEOUT=30 TUTTI_TIMEOUT=30)
-
-# Listening sockets of the given pids in `ss -Htlnp`, sampled until the first
-# pid is gone.
-ssWatch() {
-  local out=$1 pidfile=$2
-  for _ in $(seq 200); do [ -s "$pidfile" ] && break; sleep 0.05; done
-  local pids
-  pids=$(sed -n 's/^parent=//p; s/^pids=//p' "$pidfile" 2>/dev/null | tr '\n' ' ')
-  [ -n "$pids" ] || return
-  local re
-  re=$(echo "$pids" | sed 's/ *$//; s/ /|/g')
-  local first=${pids%% *}
-  while kill -0 "$first" 2>/dev/null; do
-    ss -Htlnp 2>/dev/null | grep -E "pid=($re)," >> "$out"
-    sleep 0.3
-  done
-}
 
 # trial ROW I JOBKIND ATTACK [attacker args...]
 #   JOBKIND: uid | commid | commid_key (stagger for intruder rows)
@@ -129,7 +105,7 @@ trial() {
   case $row in intruder_* | base_intruder) vargs+=(-s 300) ;; esac
   ( ulimit -n 1024 && exec env "${env[@]}" "$VICTIM" "${vargs[@]}" ) > "$d/victim.out" 2> "$d/victim.err" &
   local vpid=$!
-  ssWatch "$d/ss.txt" "$d/pid" &
+  ssWatch "$d/ss.txt" "$d/pid" 0.3 &
   local spid=$!
   local apid=""
   case $attack in
@@ -166,7 +142,7 @@ trial() {
   crash=$(grep -cE '^rank=.*(crashed=1|hung=1|errors=[1-9])' "$d/victim.out")
   [ -z "$job" ] && crash=$((crash + 1))
   local wild
-  wild=$(awk '$4 ~ /^(0\.0\.0\.0|\*|\[::\]):/' "$d/ss.txt" 2>/dev/null | wc -l)
+  wild=$(wildcards "$d/ss.txt")
   local al
   al=$(grep '^attacker ' "$d/attacker.out" 2>/dev/null | tail -1)
   local intr=""
@@ -239,6 +215,7 @@ function base(row) { return row ~ /^hugelen$/ ? "base_commid" : row ~ /^intruder
     lst[row] += kv(al, "listeners"); cn[row] += kv(al, "connects")
     c = kv(al, "close_ms_max") + 0; if (c > cmax[row]) cmax[row] = c
     o = kv(al, "old_open_at_end") + 0; if (o > omax[row]) omax[row] = o
+    h = kv(al, "halfopen_at_end") + 0; if (h > hmax[row]) hmax[row] = h
     acc[row] += kv(al, "accepted"); f = kv(al, "victim_fds_max") + 0; if (f > fds[row]) fds[row] = f
     hs[row] += kv(al, "hs_done"); wl[row] += kv(al, "wildcard")
   }
@@ -275,13 +252,13 @@ END {
   print ""
   print "The attacker'"'"'s view (all trials of a row together):"
   print ""
-  print "| attack | victim listeners attacked | connections | longest a held connection stayed open | held > 2.5 s at the end (worst trial) | wrong keys accepted | handshakes completed | victim fds (max) | intruder joined |"
-  print "|---|---|---|---|---|---|---|---|---|"
+  print "| attack | victim listeners attacked | connections | longest a held connection stayed open | held > 2.5 s at the end (worst trial) | half-open, no victim end (worst trial) | wrong keys accepted | handshakes completed | victim fds (max) | intruder joined |"
+  print "|---|---|---|---|---|---|---|---|---|---|"
   for (k = 1; k <= nrows; k++) {
     r = names[k]
     if (r ~ /^base/) continue
-    if (att[r]) printf "| %s | %d | %d | %.2f s | %d | %d | %d | %d | - |\n", label[r], lst[r], cn[r], cmax[r] / 1000, omax[r], acc[r], hs[r], fds[r]
-    else printf "| %s | - | - | - | - | - | - | - | %d/%d |\n", label[r], joined[r] + 0, n[r]
+    if (att[r]) printf "| %s | %d | %d | %.2f s | %d | %d | %d | %d | %d | - |\n", label[r], lst[r], cn[r], cmax[r] / 1000, omax[r], hmax[r], acc[r], hs[r], fds[r]
+    else printf "| %s | - | - | - | - | - | - | - | - | %d/%d |\n", label[r], joined[r] + 0, n[r]
   }
   print ""
   tw = 0; for (r in wildcard) tw += wildcard[r]; tl = 0; for (r in wl) tl += wl[r]

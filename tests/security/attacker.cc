@@ -51,14 +51,24 @@
 // Output (stdout): a line per listener seen, then one summary line:
 //   attacker mode=.. listeners=.. wildcard=.. nonloopback=.. connects=..
 //     connected=.. refused=.. peer_closed=.. close_ms_max=.. close_ms_p50=..
-//     open_at_end=.. old_open_at_end=.. answered=.. rejected_hello=..
+//     open_at_end=.. old_open_at_end=.. halfopen_at_end=.. answered=.. rejected_hello=..
 //     rejected_proof=.. accepted=.. hs_done=.. hs_failed=.. victim_fds_max=..
 //     victim_rss_max_kb=..
 // close_ms_*: how long the victim kept a connection we held open (from its
-// connect to the victim's close); old_open_at_end: connections open at the
-// end that had connected more than 2.5 s before (none once every listener
-// closes unauthenticated connections within 2 s; flood's connections waiting
-// in a listen backlog count here too).
+// connect to the victim's close; a close that arrived but was not read yet
+// when the attack ended counts here, at the time of the end);
+// old_open_at_end: connections open at the end that had connected more than
+// 2.5 s before and whose other end still exists in the kernel, held by the
+// victim (none once every listener closes unauthenticated connections within
+// 2 s; flood's connections waiting in a listen backlog count here too);
+// halfopen_at_end: such connections whose other end does not exist at all
+// (sock_diag knows no socket, not even a request, with their 4-tuple), so
+// that nothing of the victim holds them: the kernel completed our side of
+// the handshake, but the listener was closed (its owner was done with it)
+// before the connection reached its accept queue, and the request was
+// dropped without a reset (Linux sends none when it drops a half-made
+// connection of a closed listener; our side would only learn of it by
+// sending). They cost the victim nothing and are not counted as held.
 //
 // Only loopback: a target or listener address other than 127.0.0.0/8 or ::1
 // (or a wildcard, which is attacked on loopback) is never connected to.
@@ -346,9 +356,13 @@ struct Listener {
   uint64_t inode = 0;
 };
 
-// Every TCP socket in LISTEN state of this network namespace (sock_diag).
-bool listListeners(int nl, std::vector<Listener>* out) {
+// Every TCP socket of this network namespace in one of `states` (a mask of
+// 1 << TCP state) (sock_diag): its local address (and, with `peers`, its
+// remote address, same index).
+bool listSockets(int nl, uint32_t states, std::vector<Listener>* out,
+                 std::vector<sockaddr_storage>* peers = nullptr) {
   out->clear();
+  if (peers) peers->clear();
   for (int family : {AF_INET, AF_INET6}) {
     struct {
       nlmsghdr nlh;
@@ -359,7 +373,7 @@ bool listListeners(int nl, std::vector<Listener>* out) {
     msg.nlh.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
     msg.req.sdiag_family = static_cast<uint8_t>(family);
     msg.req.sdiag_protocol = IPPROTO_TCP;
-    msg.req.idiag_states = 1u << 10;  // TCP_LISTEN
+    msg.req.idiag_states = states;
     sockaddr_nl sa{};
     sa.nl_family = AF_NETLINK;
     if (sendto(nl, &msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0)
@@ -387,18 +401,40 @@ bool listListeners(int nl, std::vector<Listener>* out) {
           s->sin_port = m->id.idiag_sport;
           memcpy(&s->sin_addr, m->id.idiag_src, 4);
           l.len = sizeof(sockaddr_in);
+          if (peers) {
+            sockaddr_storage pa{};
+            auto* d = reinterpret_cast<sockaddr_in*>(&pa);
+            d->sin_family = AF_INET;
+            d->sin_port = m->id.idiag_dport;
+            memcpy(&d->sin_addr, m->id.idiag_dst, 4);
+            peers->push_back(pa);
+          }
         } else {
           auto* s = reinterpret_cast<sockaddr_in6*>(&l.addr);
           s->sin6_family = AF_INET6;
           s->sin6_port = m->id.idiag_sport;
           memcpy(&s->sin6_addr, m->id.idiag_src, 16);
           l.len = sizeof(sockaddr_in6);
+          if (peers) {
+            sockaddr_storage pa{};
+            auto* d = reinterpret_cast<sockaddr_in6*>(&pa);
+            d->sin6_family = AF_INET6;
+            d->sin6_port = m->id.idiag_dport;
+            memcpy(&d->sin6_addr, m->id.idiag_dst, 16);
+            peers->push_back(pa);
+          }
         }
         out->push_back(l);
       }
     }
   }
   return true;
+}
+
+constexpr uint32_t kTcpListenState = 1u << 10;  // TCP_LISTEN
+
+bool listListeners(int nl, std::vector<Listener>* out) {
+  return listSockets(nl, kTcpListenState, out);
 }
 
 bool isWildcard(const sockaddr_storage& a) {
@@ -933,12 +969,50 @@ int Attack::run() {
 }
 
 void Attack::report() {
+  // Closes that arrived while the attack ended (the victim's processes exit
+  // just before its parent, which ends the attack) are the victim's closes.
+  {
+    std::vector<pollfd> pfds;
+    std::vector<Conn*> held;
+    for (auto& c : conns_)
+      if (c->fd >= 0 && c->stage == kHold) {
+        pfds.push_back({c->fd, POLLIN, 0});
+        held.push_back(c.get());
+      }
+    if (!pfds.empty() && poll(pfds.data(), pfds.size(), 0) > 0)
+      for (size_t i = 0; i < pfds.size(); ++i)
+        if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) onReadable(*held[i]);
+  }
+  // The other ends that exist (any state but LISTEN: established, in an
+  // accept queue, a request, closing), as "victim side -> our side".
+  std::set<std::string> otherEnds;
+  bool haveEnds = false;
+  {
+    int nl = nl_ >= 0 ? nl_ : socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    std::vector<Listener> local;
+    std::vector<sockaddr_storage> remote;
+    if (nl >= 0 && listSockets(nl, ~kTcpListenState, &local, &remote)) {
+      haveEnds = true;
+      for (size_t i = 0; i < local.size(); ++i)
+        otherEnds.insert(addrStr(local[i].addr) + ">" + addrStr(remote[i]));
+    }
+    if (nl >= 0 && nl != nl_) close(nl);
+  }
   double end = nowMs();
-  long open = 0, oldOpen = 0;
+  long open = 0, oldOpen = 0, halfOpen = 0;
   for (auto& c : conns_) {
     if (c->fd < 0) continue;
     ++open;
-    if (c->connectedMs >= 0 && end - c->connectedMs > 2500 && c->stage == kHold) ++oldOpen;
+    if (c->connectedMs >= 0 && end - c->connectedMs > 2500 && c->stage == kHold) {
+      sockaddr_storage me{}, peer{};
+      socklen_t ml = sizeof(me), pl = sizeof(peer);
+      bool known = haveEnds && getsockname(c->fd, reinterpret_cast<sockaddr*>(&me), &ml) == 0 &&
+                   getpeername(c->fd, reinterpret_cast<sockaddr*>(&peer), &pl) == 0;
+      if (known && !otherEnds.count(addrStr(peer) + ">" + addrStr(me)))
+        ++halfOpen;  // nothing holds the other end (the header)
+      else
+        ++oldOpen;
+    }
     linger l{1, 0};  // reset, leave no TIME_WAIT behind
     setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
     close(c->fd);
@@ -960,12 +1034,13 @@ void Attack::report() {
   printf(
       "attacker mode=%s proto=%s targets=%zu listeners=%zu wildcard=%d nonloopback=%d "
       "connects=%ld connected=%ld refused=%ld connect_errors=%ld peer_closed=%ld "
-      "close_ms_max=%.0f close_ms_p50=%.0f open_at_end=%ld old_open_at_end=%ld answered=%ld "
+      "close_ms_max=%.0f close_ms_p50=%.0f open_at_end=%ld old_open_at_end=%ld "
+      "halfopen_at_end=%ld answered=%ld "
       "rejected_hello=%ld rejected_proof=%ld accepted=%ld hs_done=%ld hs_failed=%ld "
       "bytes_from_victim=%ld victim_fds_max=%ld victim_rss_max_kb=%ld\n",
       o_.modeName.c_str(), o_.oldProto ? "old" : "new", targets_.size(), listenerLines_.size(),
       wildcard_, nonLoopback_, n_.connects, n_.connected, n_.refused, n_.connectErrors,
-      n_.peerClosed, maxMs, p50, open, oldOpen, n_.answered, n_.rejectedHello, n_.rejectedProof,
+      n_.peerClosed, maxMs, p50, open, oldOpen, halfOpen, n_.answered, n_.rejectedHello, n_.rejectedProof,
       n_.accepted, n_.hsDone, n_.hsFailed, n_.bytesFromVictim, victimFdsMax_, victimRssMaxKb_);
   fflush(stdout);
 }
