@@ -56,23 +56,36 @@ std::vector<Attribute> attributesOf(const std::string& text, size_t tag) {
   return attrs;
 }
 
-// A set as hwloc writes it: empty, or "0x" and hex digits (or "0xf...f",
-// an infinite set), then ",0x" and 8 hex digits per further word.
+// A set as hwloc writes it (hwloc_bitmap_snprintf): words of 32 bits, most
+// significant first, separated by commas, each "0x" and hex digits (8, or
+// "0x0" for a last word of zero) or nothing for a zero word
+// ("0x000000ff,,,,,,0x000000ff"), after "0xf...f" for an infinite set.
+// Hand-written words may be shorter ("0x3"). Refused: a leading comma
+// (hwloc_bitmap_sscanf does not count it and asserts), a trailing one, and
+// anything but hex digits. "" (no set) is taken.
 bool plainSet(const std::string& v) {
   size_t i = 0;
+  bool wordRequired = true;  // no leading comma
   if (v.compare(0, 7, "0xf...f") == 0) {
     i = 7;
     if (i == v.size()) return true;
+    if (v[i++] != ',') return false;
+    wordRequired = false;  // "0xf...f,,0x1": a zero word may follow
   }
-  for (bool first = i == 0; i < v.size(); first = false) {
-    if (!first && v[i++] != ',') return false;
-    if (v.compare(i, 2, "0x") != 0) return false;
-    i += 2;
+  if (i == v.size()) return i == 0;
+  for (;;) {
     size_t digits = 0;
-    while (i < v.size() && std::isxdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
-    if (digits == 0 || digits > 16 || (!first && digits != 8)) return false;
+    if (v.compare(i, 2, "0x") == 0) {
+      i += 2;
+      while (i < v.size() && std::isxdigit(static_cast<unsigned char>(v[i]))) ++i, ++digits;
+      if (digits == 0 || digits > 16) return false;
+    } else if (wordRequired) {
+      return false;
+    }
+    if (i == v.size()) return digits > 0;  // no trailing comma
+    if (v[i++] != ',') return false;
+    wordRequired = false;
   }
-  return true;
 }
 
 // A set hwloc would write (plainSet), as a bitmap; freed on scope exit.
@@ -110,6 +123,8 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
   }
   static const char* const kSets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"};
   bool sawRoot = false;  // the first object is the root (the machine)
+  // hwloc reads a file as its 1.x format unless <topology> says version="2.x".
+  bool v1 = true;
   for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
     if (text.compare(at, 4, "<!--") == 0) {  // no tag inside a comment
       at = text.find("-->", at + 4);
@@ -130,8 +145,27 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
     for (const auto& a : attrs)
       if ((endsWith(a.name, "cpuset") || endsWith(a.name, "nodeset")) && !plainSet(a.value))
         return a.name + "=\"" + a.value.substr(0, 40) + "\" (at byte " + std::to_string(at) +
-               ") is not a set as hwloc writes it (0x and hex digits, then ,0x and 8 for each "
-               "further word)";
+               ") is not a set as hwloc writes it (words of 0x and hex digits, separated by "
+               "commas)";
+    if (text.compare(at, 9, "<topology") == 0 && at + 9 < text.size() &&
+        (std::isspace(static_cast<unsigned char>(text[at + 9])) || text[at + 9] == '>')) {
+      const std::string* version = valueOf(attrs, "version");
+      unsigned major = 0, minor = 0;
+      v1 = !(version && std::sscanf(version->c_str(), "%u.%u", &major, &minor) == 2 && major >= 2);
+    }
+    // A 1.x file's NUMA node is compared with its parent by complete_cpuset,
+    // which hwloc dereferences even when either has none: every object that
+    // is not I/O or Misc carries its cpusets there (hwloc 1.x wrote them all).
+    if (object && v1 && sets == 0) {
+      const std::string* type = valueOf(attrs, "type");
+      static const char* const kSetless[] = {"Bridge", "PCIDev", "OSDev", "Misc"};
+      if (!type || std::none_of(std::begin(kSetless), std::end(kSetless),
+                                [&](const char* t) { return *type == t; }))
+        return "an object (at byte " + std::to_string(at) + ", type " +
+               (type ? "\"" + type->substr(0, 20) + "\"" : std::string("missing")) +
+               ") without cpu and node sets, in a file hwloc reads as its 1.x format (no "
+               "version=\"2.x\" on <topology>)";
+    }
     const bool root = object && !sawRoot;
     sawRoot = sawRoot || object;
     if (!object || sets != 4) continue;

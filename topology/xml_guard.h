@@ -15,7 +15,11 @@
 // - sets that leave the root without a PU (an object's cpuset or nodeset
 //   not within its complete one; the root's allowed_cpuset disjoint from
 //   its cpuset): when no child object was read either, hwloc removes the
-//   root and then dereferences it ("Topology became empty").
+//   root and then dereferences it ("Topology became empty");
+// - in a file hwloc reads as its 1.x format (<topology> without
+//   version="2.x"), an object other than I/O and Misc without its sets: a
+//   NUMA node's complete_cpuset is compared with its parent's
+//   (hwloc_bitmap_isequal on NULL).
 // Pure (no I/O); files hwloc wrote never match. These patterns are all that
 // guards a process with threads (a framework's, a communicator's init).
 //
