@@ -430,6 +430,14 @@ TEST_F(TopologyXml, SetsAsHwlocWritesThemPassTheGuard) {
   for (const char* bad : {",0x3", "0x3,", "0x3,,", ",", "0xg", "3", "0x", "0xf...f0x1",
                           "0x00000003 ", "0x11111111111111111"})
     EXPECT_TRUE(with(bad).has_value()) << bad;
+  // A file with PU 40 ("0x00000100,0x0") loads.
+  SKIP_WITHOUT_XML_READER();
+  std::string wide = fixturePath();
+  wide = wide.substr(0, wide.find("/unit/data/")) + "/fuzz/corpus/topology_xml/wide_sets.xml";
+  auto l = loadXml(wide);
+  ASSERT_TRUE(l.isOk()) << l.status().message();
+  ASSERT_EQ(l->packages.size(), 1u);
+  EXPECT_EQ(l->packages[0].cpus, (std::vector<int>{0, 40}));
 }
 
 // Every input on which fuzzing saw hwloc crash is kept in the fuzz corpus
