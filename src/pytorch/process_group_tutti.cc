@@ -627,6 +627,8 @@ class ProcessGroupTutti : public PGBase {
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts =
                                                c10d::AllreduceOptions()) override {
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+      return allreduceSparse(tensors, opts);
     checkOne(tensors, "allreduce");
     return submit(c10d::OpType::ALLREDUCE, tensors, {allreduceTask(tensors[0], opts.reduceOp, opts.timeout)});
   }
@@ -1187,6 +1189,91 @@ class ProcessGroupTutti : public PGBase {
                   if (copyBack) user.copy_(buf);
                 },
                 false, timeout};
+  }
+
+  // All-reduce of a sparse COO tensor, as Gloo does it: every rank gathers
+  // every rank's coalesced indices and values and sums them in rank order
+  // (sparse additions, then coalesce), so every rank holds the same tensor,
+  // written into the caller's. SUM only. Three all-gathers on the worker:
+  // the shapes and counts (checked alike on every rank, so a mismatch fails
+  // everywhere), then indices and values padded to the largest count.
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceOptions& opts) {
+    const char* op = "allreduce (sparse)";
+    at::Tensor t = tensors[0];
+    if (!t.device().is_cpu()) fail(std::string(op) + ": only CPU tensors are supported");
+    if (opts.reduceOp != c10d::ReduceOp::SUM)
+      fail(std::string(op) + ": only SUM reduces sparse tensors (as with Gloo)");
+    if (t.is_complex() || t.scalar_type() == at::kBool || t.is_quantized())
+      fail(std::string(op) + ": sparse tensors of " + dtypeName(t.scalar_type()) +
+           " are not supported");
+    constexpr int64_t kMaxDims = 16;
+    if (t.dim() > kMaxDims) fail(std::string(op) + ": more than 16 dimensions");
+    {
+      std::lock_guard<std::mutex> lk(coalesceMu_);
+      if (coalescing_) fail(std::string(op) + ": not inside a coalesced group");
+    }
+    const int n = getSize();
+    const int me = getRank();
+    auto eng = engine_.get();
+    Task task{"allreduce_sparse",
+              [=](ncclComm_t c) mutable {
+                at::Tensor in = t.coalesce();
+                const int64_t nnz = in._nnz(), sparseDim = in.sparse_dim();
+                at::Tensor idx = in._indices().contiguous();
+                at::Tensor val = in._values().contiguous();
+                // What every rank must agree on: dims, sizes, dtype; then nnz.
+                std::vector<int64_t> meta(4 + kMaxDims, -1);
+                meta[0] = nnz;
+                meta[1] = sparseDim;
+                meta[2] = in.dim();
+                meta[3] = static_cast<int64_t>(in.scalar_type());
+                for (int64_t d = 0; d < in.dim(); ++d) meta[4 + d] = in.size(d);
+                at::Tensor all = at::empty({n, static_cast<int64_t>(meta.size())}, at::kLong);
+                eng->check(ncclAllGather(meta.data(), all.data_ptr(), meta.size(), ncclInt64, c,
+                                         nullptr),
+                           c, "ncclAllGather (sparse shapes)");
+                int64_t maxNnz = 0;
+                for (int r = 0; r < n; ++r) {
+                  const int64_t* m = all[r].data_ptr<int64_t>();
+                  for (size_t k = 1; k < meta.size(); ++k)
+                    if (m[k] != meta[k])
+                      fail(std::string(op) + ": rank " + std::to_string(r) +
+                           "'s tensor has other sizes, sparse dimensions or dtype than rank " +
+                           std::to_string(me) + "'s");
+                  maxNnz = std::max(maxNnz, m[0]);
+                }
+                // Indices [sparseDim, maxNnz] and values [maxNnz, ...], zero-padded.
+                std::vector<int64_t> valShape = val.sizes().vec();
+                valShape[0] = maxNnz;
+                at::Tensor idxPad = at::zeros({sparseDim, maxNnz}, at::kLong);
+                at::Tensor valPad = at::zeros(valShape, val.options());
+                if (nnz) {
+                  idxPad.narrow(1, 0, nnz).copy_(idx);
+                  valPad.narrow(0, 0, nnz).copy_(val);
+                }
+                std::vector<int64_t> allValShape = valShape;
+                allValShape.insert(allValShape.begin(), n);
+                at::Tensor idxAll = at::empty({n, sparseDim, maxNnz}, at::kLong);
+                at::Tensor valAll = at::empty(allValShape, val.options());
+                eng->check(ncclAllGather(ptr(idxPad), ptr(idxAll), nbytes(idxPad), ncclUint8, c,
+                                         nullptr),
+                           c, "ncclAllGather (sparse indices)");
+                eng->check(ncclAllGather(ptr(valPad), ptr(valAll), nbytes(valPad), ncclUint8, c,
+                                         nullptr),
+                           c, "ncclAllGather (sparse values)");
+                at::Tensor sum;
+                for (int r = 0; r < n; ++r) {
+                  const int64_t k = all[r][0].item<int64_t>();
+                  at::Tensor part = at::sparse_coo_tensor(idxAll[r].narrow(1, 0, k),
+                                                          valAll[r].narrow(0, 0, k), in.sizes(),
+                                                          val.options().layout(at::kSparse));
+                  sum = r == 0 ? part : sum + part;
+                }
+                t.copy_(sum.coalesce());
+              },
+              nullptr, false, opts.timeout};
+    return submit(c10d::OpType::ALLREDUCE, tensors, {task});
   }
 
   Task reduceScatterTask(const at::Tensor& out, const at::Tensor& in, const c10d::ReduceOp& rop, ms timeout,

@@ -315,6 +315,44 @@ dist.all_gather_coalesced(outs, [x], async_op=True).wait()
 for r in range(WORLD):
     C.eq(outs[r][0], torch.arange(12.0).reshape(3, 4).t() + r, "all_gather_coalesced non-contiguous")
 
+# ---- sparse all_reduce (COO): Gloo's semantics, compared with Gloo ----
+def sparse_input(case, dtype, r):
+    """Rank r's sparse tensor: overlapping and own indices, integer values."""
+    if case == "vector":  # 1 sparse dim
+        idx = torch.tensor([[0, 3, 7, 3 + r, 20 + 2 * r]])
+        val = torch.arange(1, 6, dtype=dtype) * (r + 1)
+        return torch.sparse_coo_tensor(idx, val, (40,))
+    if case == "rows":  # embedding-style gradient: rows of a [50, 4] matrix
+        rows = torch.tensor([[1, 5, r, 49 - r, 5]])  # row 5 twice: uncoalesced
+        val = torch.arange(20, dtype=dtype).reshape(5, 4) + r
+        return torch.sparse_coo_tensor(rows, val, (50, 4))
+    if case == "empty_on_odd":  # nnz = 0 on odd ranks
+        n = 0 if r % 2 else 3
+        idx = torch.tensor([[2, 4, 6][:n], [1, 1, 0][:n]], dtype=torch.long).reshape(2, n)
+        return torch.sparse_coo_tensor(idx, torch.ones(n, dtype=dtype), (8, 2))
+    raise ValueError(case)
+
+
+for case in ("vector", "rows", "empty_on_odd"):
+    for dtype in (torch.float32, torch.float64):
+        t = sparse_input(case, dtype, RANK)
+        dist.all_reduce(t)
+        g = sparse_input(case, dtype, RANK)
+        dist.all_reduce(g, group=gloo)
+        want = sum(sparse_input(case, dtype, q).to_dense() for q in range(WORLD))
+        assert t.is_sparse and t.is_coalesced(), case
+        C.eq(t.to_dense(), want, "sparse all_reduce %s %s" % (case, dtype))
+        g = g.coalesce()
+        C.eq(t._indices(), g._indices(), "sparse all_reduce indices vs gloo %s" % case)
+        C.eq(t._values(), g._values(), "sparse all_reduce values vs gloo %s" % case)
+# mismatched shapes fail on every rank, and the group goes on
+try:
+    dist.all_reduce(torch.sparse_coo_tensor(torch.tensor([[0]]), torch.ones(1), (10 + RANK,)))
+    if WORLD > 1:
+        raise AssertionError("sparse shape mismatch: no exception")
+except RuntimeError as e:
+    assert "other sizes" in str(e), str(e)
+
 dist.barrier()
 
 # ---- rejected inputs: clear errors before anything is queued ----
@@ -330,7 +368,7 @@ def expect_error(fn, words, what):
 
 expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)), ["int16", "cannot be reduced"], "int16 reduce")
 expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=ReduceOp.BAND), ["not supported"], "BAND")
-expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse()), ["dense"], "sparse")
+expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=ReduceOp.MAX), ["only SUM"], "sparse MAX")
 expect_error(lambda: dist.broadcast(torch.ones(3), src=WORLD + 3), ["root rank"], "bad root")
 expect_error(lambda: dist.all_gather_coalesced([[torch.ones(3)] for _ in range(WORLD)], [torch.ones(4)]),
              ["allgather_coalesced", "elements"], "all_gather_coalesced shape")

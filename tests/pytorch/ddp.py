@@ -5,9 +5,11 @@ bit-identical at every step (the gradient all-reduce is a + b either way);
 with 3-4 within 1e-5 relative (the sums associate differently).
 
 usage: ddp.py [--steps N] [--hook none|fp16|bf16|onebit|powersgd] [--tol X]
-              [--powersgd-shapes param|square]
+              [--powersgd-shapes param|square] [--model conv|sparse]
 With --hook, the tutti model uses that tutti_torch.hooks communication hook
-and the final loss must be within --tol (relative) of the exact Gloo run."""
+and the final loss must be within --tol (relative) of the exact Gloo run.
+--model sparse trains a bag of words instead: nn.Embedding(sparse=True), whose
+gradients DDP all-reduces as sparse tensors, then a linear layer."""
 import argparse
 import copy
 import statistics
@@ -26,6 +28,7 @@ ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--hook", default="none")
 ap.add_argument("--tol", type=float, default=None)
 ap.add_argument("--powersgd-shapes", default="param", help="param or square (tutti_torch.hooks)")
+ap.add_argument("--model", default="conv", choices=["conv", "sparse"])
 args = ap.parse_args()
 
 gloo = init()
@@ -48,12 +51,28 @@ class Net(nn.Module):
         return self.fc2(x)
 
 
+class BagOfWords(nn.Module):
+    """Sparse gradients: each step touches the embedding rows of its tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(200, 16, sparse=True)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(self.emb(x).mean(1))
+
+
 torch.manual_seed(0)
-base = Net()
+base = Net() if args.model == "conv" else BagOfWords()
 gen = torch.Generator().manual_seed(1000 + RANK)
 
 
 def batch():
+    if args.model == "sparse":
+        # 16 sentences of 8 tokens, each of its class's 20 words
+        y = torch.randint(0, 10, (16,), generator=gen)
+        return y[:, None] * 20 + torch.randint(0, 20, (16, 8), generator=gen), y
     # a learnable synthetic task: the class is given by the signs of the
     # mean of the first two input channels
     x = torch.randn(16, 3, 16, 16, generator=gen)
@@ -68,6 +87,8 @@ batches = [batch() for _ in range(args.steps)]
 def make(group):
     # small buckets: several all-reduces per step, overlapping backward
     m = DDP(copy.deepcopy(base), process_group=group, bucket_cap_mb=0.05)
+    if args.model == "sparse":  # plain SGD takes sparse gradients
+        return m, torch.optim.SGD(m.parameters(), lr=0.5)
     return m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
 
@@ -96,6 +117,13 @@ for i, (x, y) in enumerate(batches):
     lt.append(a); lg.append(b); tt.append(ta); tg.append(tb)
 
 rel = [abs(a - b) / abs(b) for a, b in zip(lt, lg)]
+# The replicas agree across ranks (a backend that reduced nothing would leave
+# them apart, and its losses could still match the other's).
+for name, model in (("tutti", tutti_model), ("gloo", gloo_model)):
+    for p in model.parameters():
+        q = p.detach().clone()
+        dist.broadcast(q, src=0, group=gloo)
+        assert torch.equal(p.detach(), q), "%s: replicas differ across ranks" % name
 if args.hook == "none":
     if WORLD <= 2:
         bad = [i for i in range(len(lt)) if lt[i] != lg[i]]
@@ -120,7 +148,7 @@ else:
         args.hook, s["wire_bytes_sent"], s["payload_bytes"], s["calls"]))
 
 med = lambda v: statistics.median(v[2:]) * 1e3  # noqa: E731 (skip warm-up steps)
-log("ddp np=%d hook=%s: losses step0 %.6f -> step%d %.6f (gloo %.6f); max rel diff %.3g; "
+log("ddp np=%d model=%s hook=%s: losses step0 %.6f -> step%d %.6f (gloo %.6f); max rel diff %.3g; "
     "median step time tutti %.2f ms, gloo %.2f ms"
-    % (WORLD, args.hook, lt[0], len(lt) - 1, lt[-1], lg[-1], max(rel), med(tt), med(tg)))
+    % (WORLD, args.model, args.hook, lt[0], len(lt) - 1, lt[-1], lg[-1], max(rel), med(tt), med(tg)))
 dist.destroy_process_group()
