@@ -30,8 +30,9 @@ ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles
   return handles.empty() ? nullptr : handles[0];
 }
 
-ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
-                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t checkAndRun(const char* fn, Collective coll, const void* send, void* recv,
+                         size_t count, int dt, int op, int root, ncclComm_t comm,
+                         cudaStream_t stream) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
@@ -86,6 +87,19 @@ ncclResult_t collective(const char* fn, Collective coll, const void* send, void*
   return res.inProgress ? ncclInProgress : ncclSuccess;
 }
 
+// A call refused inside a group fails the whole group (groupEndImpl).
+ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
+                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t rc = checkAndRun(fn, coll, send, recv, count, dt, op, root, comm, stream);
+  capi::GroupState& g = capi::threadGroup();
+  if (rc == ncclSuccess || rc == ncclInProgress || g.depth == 0) return rc;
+  if (g.refusedWhy.empty()) g.refusedWhy = capi::lastError(nullptr);
+  if (g.deferred == ncclSuccess) g.deferred = rc;
+  if (capi::isLiveComm(comm) && comm->init.state() == tutti::Code::kOk)
+    g.refused.push_back(comm->impl());
+  return rc;
+}
+
 ncclResult_t groupEndImpl() {
   // The group's contents, emptied when this returns; the vectors keep their
   // capacity for the next group (a group of 64 small operations would
@@ -98,6 +112,8 @@ ncclResult_t groupEndImpl() {
       g.inits.clear();
       g.ops.clear();
       g.handles.clear();
+      g.refused.clear();
+      g.refusedWhy.clear();
       g.deferred = ncclSuccess;
     }
   } clear{g};
@@ -109,6 +125,12 @@ ncclResult_t groupEndImpl() {
   for (ncclComm* c : g.inits) {
     ncclResult_t rc = capi::initResult(c, "ncclGroupEnd");
     if (rc != ncclSuccess && result == ncclSuccess) result = rc;
+  }
+  if (!g.refusedWhy.empty()) {  // nothing runs; the peers are told
+    for (ncclComm* c : g.handles) g.refused.push_back(c->impl());
+    const tutti::Status why(static_cast<tutti::Code>(result), g.refusedWhy);
+    return fail(result, "ncclGroupEnd: " + core::failRefusedGroup(g.refused, why).message(),
+                g.handles.empty() ? nullptr : g.handles[0]);
   }
   if (g.ops.empty()) return result;
   if (result != ncclSuccess) return result;

@@ -137,16 +137,9 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
     if (!comms) return fail(ncclInvalidArgument, "ncclCommInitAll: comms is NULL");
     if (ndev < 1)
       return fail(ncclInvalidArgument, fmt::format("ncclCommInitAll: invalid ndev {}", ndev));
-    // Rank i is bound to devlist[i] (or device i); the CPU backend has one
-    // "device" that every rank shares, so any ids are accepted there.
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("ncclCommInitAll"));
-    std::vector<int> devices(ndev);
-    for (int i = 0; i < ndev; ++i) {
-      auto d = backend.value()->bindDevice(devlist ? devlist[i] : i);
-      if (!d) return fromStatus(d.status().withContext(fmt::format("ncclCommInitAll: rank {}", i)));
-      devices[i] = d.value();
-    }
+    auto bound = core::bindDevices(devlist, ndev);
+    if (!bound) return fromStatus(bound.status().withContext("ncclCommInitAll"));
+    const std::vector<int>& devices = bound.value();
     ncclUniqueId id;
     ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess) return rc;

@@ -126,9 +126,7 @@ TUTTI_API ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return ncclSuccess;
     if (!dst || !src)
       return fail(ncclInvalidArgument, fmt::format("tuttiMemcpy: {} is NULL", dst ? "src" : "dst"));
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("tuttiMemcpy"), nullptr);
-    Status st = backend.value()->copy(dst, src, bytes);
+    Status st = core::memCopy(dst, src, bytes);
     return st ? ncclSuccess : fromStatus(st.withContext("tuttiMemcpy"), nullptr);
   });
 }
@@ -136,9 +134,7 @@ TUTTI_API ncclResult_t tuttiMemcpy(void* dst, const void* src, size_t bytes) {
 TUTTI_API ncclResult_t tuttiGetDeviceCount(int* count) {
   return guard("tuttiGetDeviceCount", [&] {
     if (!count) return fail(ncclInvalidArgument, "tuttiGetDeviceCount: count is NULL");
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("tuttiGetDeviceCount"), nullptr);
-    auto n = backend.value()->deviceCount();
+    auto n = core::deviceCount();
     if (!n) return fromStatus(n.status().withContext("tuttiGetDeviceCount"), nullptr);
     *count = n.value();
     return ncclSuccess;
@@ -147,10 +143,7 @@ TUTTI_API ncclResult_t tuttiGetDeviceCount(int* count) {
 
 TUTTI_API ncclResult_t tuttiSetDevice(int device) {
   return guard("tuttiSetDevice", [&] {
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("tuttiSetDevice"), nullptr);
-    Status st = backend.value()->checkDevice(device);
-    if (st) st = backend.value()->setDevice(device);
+    Status st = core::selectDevice(device);
     return st ? ncclSuccess : fromStatus(st.withContext("tuttiSetDevice"), nullptr);
   });
 }
@@ -221,16 +214,8 @@ TUTTI_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return ncclSuccess;
-    // Through the process backend: device memory of the calling thread's
-    // current device, or page-aligned host memory on the CPU backend.
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("ncclMemAlloc"), nullptr);
-    auto device = backend.value()->currentDevice();  // the CPU backend's is always 0
-    if (!device) return fromStatus(device.status().withContext("ncclMemAlloc"), nullptr);
-    auto p = backend.value()->alloc(device.value(), size);
-    if (!p)
-      return fromStatus(p.status().withContext(fmt::format("ncclMemAlloc of {} bytes", size)),
-                        nullptr);
+    auto p = core::memAlloc(size);
+    if (!p) return fromStatus(p.status().withContext("ncclMemAlloc"), nullptr);
     *ptr = p.value();
     return ncclSuccess;
   });
@@ -240,9 +225,7 @@ TUTTI_PNCCL(ncclMemAlloc)
 TUTTI_API ncclResult_t ncclMemFree(void* ptr) {
   return guard("ncclMemFree", [&] {
     if (!ptr) return ncclSuccess;
-    auto backend = core::processBackend();
-    if (!backend) return fromStatus(backend.status().withContext("ncclMemFree"), nullptr);
-    Status st = backend.value()->free(ptr);
+    Status st = core::memFree(ptr);
     return st ? ncclSuccess : fromStatus(st.withContext("ncclMemFree"), nullptr);
   });
 }

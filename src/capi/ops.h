@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct GroupState {
   std::vector<core::Op> ops;
   std::vector<ncclComm*> handles;       // of ops[i]
   ncclResult_t deferred = ncclSuccess;  // first error seen inside the group
+  std::string refusedWhy;               // a call refused in the group: the first's message,
+  std::vector<core::Comm*> refused;     // and the communicators of those refused
 };
 GroupState& threadGroup();
 // Whether the calling thread is inside ncclGroupStart/End.

@@ -589,6 +589,46 @@ Status Backend::ipcClose(void* p) {
   return Status::ok();
 }
 
+Result<void*> memAlloc(size_t bytes) {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  TUTTI_ASSIGN_OR_RETURN(int device, backend->currentDevice());  // the CPU backend's is 0
+  auto p = backend->alloc(device, bytes);
+  if (!p) return p.status().withContext(fmt::format("allocating {} bytes", bytes));
+  return p.value();
+}
+
+Status memFree(void* p) {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  return backend->free(p);
+}
+
+Status memCopy(void* dst, const void* src, size_t bytes) {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  return backend->copy(dst, src, bytes);
+}
+
+Result<int> deviceCount() {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  return backend->deviceCount();
+}
+
+Result<std::vector<int>> bindDevices(const int* devlist, int n) {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  std::vector<int> devices(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    auto d = backend->bindDevice(devlist ? devlist[i] : i);
+    if (!d) return d.status().withContext(fmt::format("rank {}", i));
+    devices[static_cast<size_t>(i)] = d.value();
+  }
+  return devices;
+}
+
+Status selectDevice(int device) {
+  TUTTI_ASSIGN_OR_RETURN(Backend * backend, processBackend());
+  TUTTI_RETURN_IF_ERROR(backend->checkDevice(device));
+  return backend->setDevice(device);
+}
+
 Result<Backend*> processBackend() {
   static std::once_flag once;
   static Backend* backend = nullptr;

@@ -168,4 +168,19 @@ class Backend {
 // what failed; it is returned again on every later call.
 Result<Backend*> processBackend();
 
+// ncclMemAlloc / ncclMemFree: `bytes` (> 0) of the process backend's memory
+// on the calling thread's current device (page-aligned host memory on the CPU
+// backend), and its release (a pointer the backend did not hand out, or
+// freed already, is an error, not a crash).
+Result<void*> memAlloc(size_t bytes);
+Status memFree(void* p);
+// tuttiMemcpy, tuttiGetDeviceCount, tuttiSetDevice on the process backend.
+Status memCopy(void* dst, const void* src, size_t bytes);
+Result<int> deviceCount();
+Status selectDevice(int device);  // checked first: a device the backend lacks is an error
+// ncclCommInitAll: the devices of ranks 0..n-1, devlist[i] (or i) bound by
+// the backend (the CPU backend has one "device" that every rank shares, so
+// any ids are accepted there); the error names the rank.
+Result<std::vector<int>> bindDevices(const int* devlist, int n);
+
 }  // namespace tutti::core

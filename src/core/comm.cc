@@ -731,14 +731,16 @@ namespace {
 constexpr uint64_t kFailureNoticeTag = 5ull << 60;
 }
 
-void Comm::noticeFailure(const Status& cause) {
+void Comm::noticeFailure(const Status& cause, bool everyone) {
   if (!bootstrap_) return;
   std::string text = cause.message();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   for (int p = 0; p < nranks_; ++p) {
     // Peers with a connection, and every peer when the one-shot arena may
     // have this rank as the one they wait for.
-    if (p == rank_ || (!oneShot_ && (channels_[p].empty() || !channels_[p][0].conn))) continue;
+    if (p == rank_ ||
+        (!everyone && !oneShot_ && (channels_[p].empty() || !channels_[p][0].conn)))
+      continue;
     (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
   }
 }
@@ -746,6 +748,16 @@ void Comm::noticeFailure(const Status& cause) {
 Status Comm::peerAbortedError(int peer, std::string_view detail, Code code) const {
   return Status(code, fmt::format("{} aborted its communicator (ncclCommAbort){}",
                                   describePeer(peer), detail));
+}
+
+Status Comm::noticeFrom(int peer) {
+  if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return Status::ok();
+  auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now(),
+                                   nullptr);
+  if (!got) return Status::ok();
+  std::string why(got->begin(), got->end());
+  return remoteError(
+      fmt::format("{} gave up after an error of its own: {}", describePeer(peer), why));
 }
 
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {

@@ -253,9 +253,17 @@ class Comm {
   // gave up first. A peer on this host whose communicator was aborted says
   // so in the node arena (OneShot::markAborted, set by abort()): that is
   // reported at once, without waiting for a notice.
-  void noticeFailure(const Status& cause);
+  // `everyone`: every rank of the communicator, connected or not (an
+  // operation this rank will never run may be what they wait for).
+  void noticeFailure(const Status& cause, bool everyone = false);
   Status explainPeerFailure(int peer, const Status& observed,
                             std::chrono::milliseconds wait = std::chrono::milliseconds(300));
+  // The failure notice `peer` sent, if one has arrived (no waiting): the
+  // error "<peer> gave up after an error of its own: ...", else ok. The
+  // stall checks ask it of the peers a waiting operation needs, so a failure
+  // travels from rank to rank over any transport (a peer that failed keeps
+  // its connections open until its communicator is destroyed).
+  Status noticeFrom(int peer);
   // The one wording of "peer aborted": `detail` says what this rank was doing
   // ("while this rank waited for it in ..."); an aborted rank sends no notice,
   // so this is the root cause as it stands. kRemoteError unless `code` says

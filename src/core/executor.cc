@@ -635,6 +635,10 @@ Status Run::pass(bool* progress, bool alone) {
 
 Status Run::checkStalled(Clock::time_point lastProgress) {
   // (An abort is seen by pass(), which runs before every stall check.)
+  // A peer this run needs gave up (its notice came over the bootstrap): its
+  // messages will never come, whatever the transport.
+  for (const auto& p : peers_)
+    if (p.recvsLeft || p.sendsLeft) TUTTI_RETURN_IF_ERROR(c_->noticeFrom(p.peer));
   if (smallNext_ < w_->small.size())
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->check(w_->small[smallNext_], Clock::now() - lastProgress));
   if (ipcStarted_)

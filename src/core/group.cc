@@ -949,6 +949,21 @@ RunResult submitOne(const Op& op) {
   return runOne(op);
 }
 
+Status failRefusedGroup(const std::vector<Comm*>& comms, const Status& why) {
+  std::vector<Comm*> seen;
+  for (Comm* c : comms) {
+    if (!c || std::find(seen.begin(), seen.end(), c) != seen.end()) continue;
+    seen.push_back(c);
+    const Status st(why.code(), fmt::format("rank {}'s group did not run: one of its calls was "
+                                            "refused: {}",
+                                            c->rank(), why.message()));
+    c->setError(st);
+    c->noticeFailure(st, /*everyone=*/true);
+  }
+  return Status(why.code(), "the group did not run (" + why.message() +
+                                "); its communicators have failed and their peers were told");
+}
+
 RunResult submitGroup(std::vector<Op>& ops) {
   if (ops.empty()) return {};
   bool one = true, held = true;

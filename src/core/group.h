@@ -61,6 +61,13 @@ RunResult runGroup(std::vector<Op>& ops);
 // communicators still run, and is complete on return.
 RunResult submitOne(const Op& op);
 RunResult submitGroup(std::vector<Op>& ops);
+// A call inside a group was refused (`why`: its error), so the group does not
+// run on this rank: its calls that the peers make too would leave them
+// waiting. Each communicator of the group fails with `why` (later calls fail
+// fast with it) and tells every peer (Comm::noticeFailure), whose calls then
+// fail naming this rank's error instead of waiting for a timeout. The
+// returned status is `why` as this rank reports it.
+Status failRefusedGroup(const std::vector<Comm*>& comms, const Status& why);
 // Whether work for `comm` on `stream` is held in stream order by its engine.
 bool runsOnEngine(Comm& comm, Queue stream);
 

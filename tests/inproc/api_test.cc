@@ -533,6 +533,47 @@ TEST(Config, AbortEndsANonBlockingInitThatWaitsForItsPeers) {
 }
 
 
+// A call refused inside a group (rank 1 passes a NULL buffer to the second of
+// two all-reduces) fails the whole group on that rank, at ncclGroupEnd, and
+// the peers' group fails too, within seconds (not TUTTI_TIMEOUT), naming
+// rank 1 and its error. The communicator is failed everywhere afterwards.
+void refusedCallFailsTheGroup() {
+  Env env({std::make_pair("TUTTI_TIMEOUT", "30")});
+  const int n = 3;
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    std::vector<int32_t> a(1000, r + 1), b(1 << 16, r + 1);
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(a.data(), a.data(), a.size(), ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    ncclResult_t second = ncclAllReduce(b.data(), r == 1 ? nullptr : b.data(), b.size(),
+                                        ncclInt32, ncclSum, comm, nullptr);
+    EXPECT_EQ(second, r == 1 ? ncclInvalidArgument : ncclSuccess);
+    ncclResult_t end = ncclGroupEnd();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string err = ncclGetLastError(comm);
+    EXPECT_NE(end, ncclSuccess) << "rank " << r;
+    EXPECT_LT(secs, 5.0) << "rank " << r << ": " << err;
+    EXPECT_NE(err.find("recvbuff is NULL"), std::string::npos) << "rank " << r << ": " << err;
+    if (r == 1) {
+      EXPECT_EQ(end, ncclInvalidArgument);
+      EXPECT_NE(err.find("the group did not run"), std::string::npos) << err;
+    } else {
+      EXPECT_NE(err.find("rank 1"), std::string::npos) << "rank " << r << ": " << err;
+    }
+    // Failed for good: a later call fails at once.
+    EXPECT_NE(ncclAllReduce(a.data(), a.data(), a.size(), ncclInt32, ncclSum, comm, nullptr),
+              ncclSuccess);
+  });
+}
+
+TEST(Groups, ARefusedCallFailsTheWholeGroupOnEveryRank) { refusedCallFailsTheGroup(); }
+TEST(Groups, ARefusedCallFailsTheWholeGroupOnEveryRankOverTcp) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  refusedCallFailsTheGroup();
+}
+
 // tuttiCommWaitingOn names the ranks a stalled operation waits for, from
 // another thread, while it runs; none before it stalls and after it ends.
 // The last rank joins an all-reduce 1.5 s late. With 2 ranks the other names

@@ -1,11 +1,16 @@
 // A peer that dies mid-collective (SIGKILL): every surviving rank returns an
 // error naming the dead rank within the configured time, and nothing hangs.
 // Real processes; run once over shared memory and once over TCP.
-//   peer_death <nranks> <victim> [count]   exit 0 when every survivor behaved.
+//   peer_death <nranks> <victim> [count [hold]]   exit 0 when every survivor behaved.
 // count (float elements, default 32 MiB worth) chooses the path: a large one
 // makes the victim die while data is in flight on the rings; a small one
 // (the one-shot arena) makes it die before it contributes, while the
 // survivors wait for it in the arena.
+// hold: a survivor keeps its failed communicator for 6 s before aborting it
+// (as a program that does not call ncclCommAbort at once), and must have
+// seen its error within 5 s: ranks that are not the dead rank's neighbours
+// learn it from the survivors' failure notices, not from their closing
+// connections.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +29,7 @@ int main(int argc, char** argv) {
   const int victim = argc > 2 ? atoi(argv[2]) : n - 1;
   const size_t count = argc > 3 ? strtoull(argv[3], nullptr, 10) : size_t{8} << 20;
   const bool small = count < 4096;
+  const bool hold = argc > 4 && strcmp(argv[4], "hold") == 0;
   setenv("TUTTI_TIMEOUT", "30", 0);  // upper bound; death must be seen much sooner
   int pipes[2], ready[2];
   if (pipe(pipes) != 0 || pipe(ready) != 0) return 2;
@@ -63,8 +69,9 @@ int main(int argc, char** argv) {
           snprintf(line, sizeof(line), "rank %d: error %d after %.2f s: %s%s\n", r, rc, s,
                    err.c_str(), named ? "" : "  <-- does not name the dead rank");
           if (write(pipes[1], line, strlen(line)) < 0) _exit(5);
+          if (hold) sleep(6);
           ncclCommAbort(comm);
-          _exit(named && s < 20 ? 0 : 4);
+          _exit(named && s < (hold ? 5 : 20) ? 0 : 4);
         }
         if (it > 1000) _exit(6);  // the victim should be dead long before
       }
