@@ -155,7 +155,10 @@ uint64_t localHostId();
 // This machine, through hwloc with I/O discovery on (important devices only).
 Result<Topology> discover();
 // An hwloc XML file (lstopo --of xml, dumpXml, tutti-topo --dump). Errors name
-// the path and the reason.
+// the path and the reason. Refused besides what hwloc refuses: files that
+// hwloc 2.9 would crash on (topology/xml_guard.h), that describe no machine,
+// and that hwloc reads back otherwise once it has written them (checked by
+// writing and reading it again: what loads is what its dump loads).
 Result<Topology> loadXml(const std::string& path);
 // Whether hwloc can read XML it did not write itself (comments, hand-made
 // files such as tests/unit/data/*.xml): true when hwloc's libxml2 reader is

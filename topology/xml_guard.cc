@@ -166,6 +166,23 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
                ") without cpu and node sets, in a file hwloc reads as its 1.x format (no "
                "version=\"2.x\" on <topology>)";
     }
+    // A NUMA node or PU without an index (hwloc's "unknown", 2^32 - 1), or
+    // with one beyond what Linux numbers: hwloc sizes a bitmap by it (512 MiB
+    // for the unknown index, seconds of work; found by fuzzing). hwloc writes
+    // every NUMA node's and PU's os_index.
+    if (object) {
+      const std::string* type = valueOf(attrs, "type");
+      if (type && (*type == "NUMANode" || *type == "PU")) {
+        const std::string* index = valueOf(attrs, "os_index");
+        const bool valid = index && !index->empty() && index->size() <= 5 &&
+                           std::all_of(index->begin(), index->end(),
+                                       [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+                           std::stoul(*index) < 65536;
+        if (!valid)
+          return "a " + *type + " object (at byte " + std::to_string(at) +
+                 ") without an os_index below 65536";
+      }
+    }
     const bool root = object && !sawRoot;
     sawRoot = sawRoot || object;
     if (!object || sets != 4) continue;

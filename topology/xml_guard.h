@@ -19,7 +19,9 @@
 // - in a file hwloc reads as its 1.x format (<topology> without
 //   version="2.x"), an object other than I/O and Misc without its sets: a
 //   NUMA node's complete_cpuset is compared with its parent's
-//   (hwloc_bitmap_isequal on NULL).
+//   (hwloc_bitmap_isequal on NULL);
+// - a NUMANode or PU object without an os_index below 65536: hwloc sizes a
+//   bitmap by the index (by 2^32 - 1 when it is missing: 512 MiB).
 // Pure (no I/O); files hwloc wrote never match. These patterns are all that
 // guards a process with threads (a framework's, a communicator's init).
 //
