@@ -459,6 +459,7 @@ class Attack {
   int addTarget(const sockaddr_storage& a, socklen_t len, const std::string& seenAs, int pid,
                 int rank, bool fromScan, uint64_t inode);
   void openSlot(int target, int slot);
+  void openSlots(int target);
   void startMode(Conn& c);
   void onWritable(Conn& c);
   void onReadable(Conn& c);
@@ -502,7 +503,7 @@ int Attack::addTarget(const sockaddr_storage& a, socklen_t len, const std::strin
       if (!t.alive) {  // the same port again: a new listener
         t.alive = true;
         t.refusedInARow = 0;
-        for (int s = 0; s < std::max(o_.conns, 1); ++s) openSlot(it->second, s);
+        openSlots(it->second);
       }
     }
     return it->second;
@@ -523,8 +524,13 @@ int Attack::addTarget(const sockaddr_storage& a, socklen_t len, const std::strin
   targets_.push_back(t);
   int idx = static_cast<int>(targets_.size()) - 1;
   targetByAddr_[key] = idx;
-  for (int s = 0; s < o_.conns; ++s) openSlot(idx, s);
+  openSlots(idx);
   return idx;
+}
+
+// Every slot of a target (--conns of them).
+void Attack::openSlots(int target) {
+  for (int s = 0; s < o_.conns; ++s) openSlot(target, s);
 }
 
 void Attack::openSlot(int target, int slot) {

@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,13 +130,23 @@ static int gRank = -1;
 static volatile const char* gPhase = "start";
 static int gOutFd = 1;
 
+/* Writes one result line (a printf format) to where this rank reports (the
+ * job's result pipe, or stdout); -1 when it could not. */
+static int writeLine(const char* fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int len = vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  if (len < 0) return -1;
+  if (len >= (int)sizeof(line)) len = (int)sizeof(line) - 1;
+  return write(gOutFd, line, (size_t)len) < 0 ? -1 : 0;
+}
+
 static void onAlarm(int sig) {
   (void)sig;
-  char line[256];
-  int len = snprintf(line, sizeof(line),
-                     "rank=%d pid=%d ok=0 hung=1 phase=%s err=\"watchdog: still running\"\n", gRank,
-                     (int)getpid(), (const char*)gPhase);
-  if (write(gOutFd, line, (size_t)len) < 0) _exit(4);
+  writeLine("rank=%d pid=%d ok=0 hung=1 phase=%s err=\"watchdog: still running\"\n", gRank,
+            (int)getpid(), (const char*)gPhase);
   _exit(4);
 }
 
@@ -293,14 +304,12 @@ static int runRank(const struct cfg* c, int rank, ncclUniqueId id, int poison) {
   }
   alarm(0);
   int ok = s.errors == 0 && s.wrong == 0;
-  char line[1024];
-  int len =
-      snprintf(line, sizeof(line),
-               "rank=%d pid=%d ok=%d ops=%ld splits=%ld wrong=%ld errors=%ld init_ms=%.1f "
-               "worst_op_ms=%.1f worst_split_ms=%.1f maxrss_kb=%ld%s err=\"%s\"\n",
-               rank, (int)getpid(), ok, s.ops, s.splits, s.wrong, s.errors, s.initMs, s.worstOpMs,
-               s.worstSplitMs, maxRssKb(RUSAGE_SELF), poison ? " intruder=1" : "", s.err);
-  if (write(gOutFd, line, (size_t)len) < 0) return 5;
+  if (writeLine("rank=%d pid=%d ok=%d ops=%ld splits=%ld wrong=%ld errors=%ld init_ms=%.1f "
+                "worst_op_ms=%.1f worst_split_ms=%.1f maxrss_kb=%ld%s err=\"%s\"\n",
+                rank, (int)getpid(), ok, s.ops, s.splits, s.wrong, s.errors, s.initMs,
+                s.worstOpMs, s.worstSplitMs, maxRssKb(RUSAGE_SELF), poison ? " intruder=1" : "",
+                s.err) != 0)
+    return 5;
   return ok ? 0 : 1;
 }
 
@@ -432,10 +441,9 @@ int main(int argc, char** argv) {
       close(p[0]);
       sleepMs((double)r * c.staggerMs);
       if (commIdMode && ncclGetUniqueId(&id) != ncclSuccess) {
-        char line[600];
-        int len = snprintf(line, sizeof(line), "rank=%d pid=%d ok=0 err=\"ncclGetUniqueId: %s\"\n",
-                           r, (int)getpid(), ncclGetLastError(NULL));
-        if (write(gOutFd, line, (size_t)len) < 0) _exit(5);
+        if (writeLine("rank=%d pid=%d ok=0 err=\"ncclGetUniqueId: %s\"\n", r, (int)getpid(),
+                      ncclGetLastError(NULL)) != 0)
+          _exit(5);
         _exit(1);
       }
       _exit(runRank(&c, r, id, 0));
