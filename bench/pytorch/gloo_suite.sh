@@ -5,12 +5,13 @@
 # and backend, the counts of passed, failed (failures and errors) and skipped
 # tests, then the tests that pass on Gloo but not on tutti.
 #
-#   bench/pytorch/gloo_suite.sh [-w "2 3"] [-k PATTERN] [-o OUTDIR]
+#   bench/pytorch/gloo_suite.sh [-w "2 3"] [-k "PATTERN ..."] [-o OUTDIR]
 #
 # The suite comes with Debian's python3-torch (1.13); the build must have the
 # PyTorch extension (build/python/tutti_torch). Each test spawns its own
 # processes: the whole suite takes tens of minutes per world size and backend
-# on 2 cores. -k runs only the tests whose names contain PATTERN.
+# on 2 cores. -k runs only the tests whose names contain one of the
+# space-separated PATTERNs.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SIZES="2 3" PATTERN="" OUT=""
@@ -29,7 +30,7 @@ fi
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/tutti-gloo-suite.XXXXXX)
 mkdir -p "$OUT"
 args=(-v)
-[ -n "$PATTERN" ] && args+=(-k "$PATTERN")
+for k in $PATTERN; do args+=(-k "$k"); done
 echo "output: $OUT"
 for ws in $SIZES; do
   for be in gloo tutti; do

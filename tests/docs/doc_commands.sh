@@ -53,6 +53,7 @@ RUN=(
   "docs/pytorch.md|TUTTI_PREFIX=/opt/tutti ~/tutti-venv/bin/pip install --no-build-isolation --no-index src/pytorch"
   "docs/pytorch.md|PKG_CONFIG_PATH=/opt/tutti/lib/pkgconfig /usr/bin/python3 -m pip install --no-build-isolation --no-index --target ~/tutti-py src/pytorch"
   "docs/pytorch.md|~/tutti-venv/bin/python tests/pytorch/launch.py --nprocs 2 ddp.py"
+  "docs/pytorch.md|bash bench/pytorch/gloo_suite.sh -w 2 -k all_gather_coalesced"
   "docs/tutti-perf.md|torchrun --nproc_per_node 2 --redirects 1 --tee 1 --no_python build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/tutti-perf.md|mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4"
   "docs/security.md|head -c 32 /dev/urandom | base64 > /tmp/tutti-demo.key && chmod 600 /tmp/tutti-demo.key"
@@ -82,7 +83,8 @@ SKIP=(
   "docs/performance.md|bash bench/async/run.sh|a benchmark: about a minute, and its 1 GiB abort takes 2 GiB of host memory per process; the short form (RUN above) runs here"
   "docs/performance.md|ctest --test-dir build -L bench-smoke|the test suite itself (CI runs ctest); device.async_bench_smoke is that label's test"
   "docs/architecture.md|bash scripts/fuzz.sh --seconds 60|a minute per target plus a clang-14 build of its own (build-fuzz/); ctest fuzz.short (label fuzz) runs the same script for 5 s per target"
-  "docs/architecture.md|bash bench/fuzz/run.sh|the long fuzzing run: about 50 minutes (bench/); ctest fuzz.short runs the short form"
+  "docs/architecture.md|bash bench/fuzz/run.sh|the long fuzzing run: hours, topology_xml alone about 3 (bench/); ctest fuzz.short runs the short form"
+  "docs/pytorch.md|bash bench/pytorch/gloo_suite.sh|PyTorch's whole distributed suite on both backends: about an hour and a half (bench/); the short form (RUN above) runs here"
   "docs/pytorch.md|PYTHONPATH=build/python /usr/bin/python3 bench/pytorch/overlap_timeline.py|a benchmark with plots (bench/); ctest torch.ddp_overlap_np2 runs it with --check"
 )
 
