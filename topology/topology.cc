@@ -659,6 +659,8 @@ static Result<Topology> readXml(const std::string& path, const std::string* buff
   auto fail = [&](const std::string& why) {
     return invalidArgument(fmt::format("cannot load topology file '{}': {}", path, why));
   };
+  std::string stripped;  // the file without its memory attributes (xml_guard.h)
+  const std::string* source = buffer;
   if (!buffer) {
     struct stat st {};
     if (path.empty()) return fail("empty path");
@@ -676,18 +678,24 @@ static Result<Topology> readXml(const std::string& path, const std::string* buff
           "malformed: {} (hwloc 2.9 crashes, or works for seconds, on such files; "
           "topology/xml_guard.h)",
           *why));
+    if (auto without = withoutMemattrs(text)) {
+      if (text.size() != static_cast<size_t>(st.st_size))
+        return fail("larger than 64 MiB, with memory attributes (memattr elements)");
+      stripped = std::move(*without);
+      source = &stripped;
+    }
   } else if (auto why = hwlocCrashReason(*buffer)) {
     return fail(fmt::format("hwloc wrote of it what it would crash on: {}", *why));
   }
   TUTTI_ASSIGN_OR_RETURN(std::unique_ptr<HwlocTree> tree, newTree());
   errno = 0;
-  const int set = buffer ? hwloc_topology_set_xmlbuffer(tree->topo, buffer->data(),
-                                                        static_cast<int>(buffer->size()) + 1)
+  const int set = source ? hwloc_topology_set_xmlbuffer(tree->topo, source->data(),
+                                                        static_cast<int>(source->size()) + 1)
                          : hwloc_topology_set_xml(tree->topo, path.c_str());
   if (set != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
   if (!buffer)
-    if (auto crashed = hwlocCrashesInChild(path)) return fail(*crashed);
+    if (auto crashed = hwlocCrashesInChild(path, source)) return fail(*crashed);
   errno = 0;
   if (hwloc_topology_load(tree->topo) != 0) {
     const char* why = errno ? strerror(errno) : "invalid content";

@@ -213,10 +213,43 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
   return std::nullopt;
 }
 
+std::optional<std::string> withoutMemattrs(const std::string& text) {
+  std::string out;
+  size_t copied = 0;  // text[0, copied) is in out
+  bool any = false;
+  for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
+    if (text.compare(at, 4, "<!--") == 0) {  // no element inside a comment
+      at = text.find("-->", at + 4);
+      if (at == std::string::npos) break;
+      continue;
+    }
+    const size_t name = at + 8;  // past "<memattr"
+    if (text.compare(at, 8, "<memattr") != 0 || name >= text.size() ||
+        !(std::isspace(static_cast<unsigned char>(text[name])) || text[name] == '>' ||
+          text[name] == '/'))
+      continue;
+    const size_t tagEnd = text.find('>', name);
+    if (tagEnd == std::string::npos) break;  // unterminated: hwloc refuses the file anyway
+    size_t end = tagEnd + 1;
+    if (text[tagEnd - 1] != '/') {  // <memattr ...> values </memattr>
+      const size_t close = text.find("</memattr>", end);
+      if (close == std::string::npos) break;
+      end = close + 10;
+    }
+    out.append(text, copied, at - copied);
+    copied = end;
+    at = end - 1;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  out.append(text, copied, std::string::npos);
+  return out;
+}
+
 // hwloc 2.9 crashes (SIGSEGV, SIGABRT) on malformed files of more kinds
 // than the patterns above know: a crash in a child is the file's error, not
 // the process's death.
-std::optional<std::string> hwlocCrashesInChild(const std::string& path) {
+std::optional<std::string> hwlocCrashesInChild(const std::string& path, const std::string* text) {
   // Only where fork is safe: a child of a process with other threads may
   // hang on a lock one of them held (seen under ASan: a communicator's init
   // with ranks as threads). There the patterns are all we check.
@@ -238,7 +271,11 @@ std::optional<std::string> hwlocCrashesInChild(const std::string& path) {
     for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
       syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));
     hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0 || hwloc_topology_set_xml(t, path.c_str()) != 0) _exit(3);
+    if (hwloc_topology_init(&t) != 0) _exit(3);
+    const int set = text ? hwloc_topology_set_xmlbuffer(t, text->data(),
+                                                        static_cast<int>(text->size()) + 1)
+                         : hwloc_topology_set_xml(t, path.c_str());
+    if (set != 0) _exit(3);
     _exit(hwloc_topology_load(t) == 0 ? 0 : 3);  // no destroy, no atexit: nothing to tidy
   }
   constexpr auto kLimit = std::chrono::seconds(30);

@@ -41,6 +41,15 @@ namespace tutti::topo {
 
 std::optional<std::string> hwlocCrashReason(const std::string& text);
 
-std::optional<std::string> hwlocCrashesInChild(const std::string& path);
+// With `text`, the child reads that instead of the file (named by `path`).
+std::optional<std::string> hwlocCrashesInChild(const std::string& path,
+                                               const std::string* text = nullptr);
+
+// `text` without its <memattr> elements (memory attributes, which tutti does
+// not use), or nothing when it has none. hwloc 2.9 takes a memory attribute
+// whose target object is missing and then frees it twice when the topology
+// is duplicated or destroyed (found by fuzzing): loadXml hands hwloc the text
+// without them. Elements inside comments are left alone.
+std::optional<std::string> withoutMemattrs(const std::string& text);
 
 }  // namespace tutti::topo
