@@ -1044,13 +1044,21 @@ class ProcessGroupTutti : public PGBase {
     const ms timeout = opts.timeout.count() > 0 ? opts.timeout : engine_->timeout();
     const auto deadline = Clock::now() + timeout;
     const std::string base = "tutti_torch/monitored_barrier/";
-    auto left = [&] {
-      return std::max(ms(1), std::chrono::duration_cast<ms>(deadline - Clock::now()));
-    };
     auto forget = [&](const std::string& key) {
       try {
         store_->deleteKey(key);  // read once; a store without deletion keeps it
       } catch (const std::exception&) {
+      }
+    };
+    // Polled with check(), never wait(): a TCPStore wait that timed out stays
+    // registered on the server, whose answer, once the key is set after all
+    // (a late rank's next arrival), is then read as the answer to a later
+    // request of this process (seen: a later new_group's barrier read 512).
+    auto arrives = [&](const std::string& key, Clock::time_point until) {
+      for (;;) {
+        if (store_->check({key})) return true;
+        if (Clock::now() >= until) return false;
+        std::this_thread::sleep_for(ms(5));
       }
     };
     const std::string me = std::to_string(getRank());
@@ -1061,9 +1069,7 @@ class ProcessGroupTutti : public PGBase {
       // which began when it called: a little longer here, so that a rank
       // that came is told what rank 0 found instead of timing out with it.
       const ms patience = timeout + std::min(timeout, ms(1000));
-      try {
-        store_->wait({base + "verdict/" + k}, patience);
-      } catch (const std::exception&) {
+      if (!arrives(base + "verdict/" + k, Clock::now() + patience)) {
         fail("Rank " + me + " successfully reached monitoredBarrier, but Timed out after " +
              std::to_string(patience.count()) +
              " ms waiting for rank 0 to release it (rank 0's error names the ranks that did not "
@@ -1080,16 +1086,9 @@ class ProcessGroupTutti : public PGBase {
     for (int r = 1; r < getSize(); ++r) {
       const std::string key = base + "arrive/" + std::to_string(r) + "/" +
                               std::to_string(monitoredReceived_[r] + 1);
-      bool in = false;
-      if (Clock::now() < deadline && (missing.empty() || waitAllRanks)) {
-        try {
-          store_->wait({key}, left());
-          in = true;
-        } catch (const std::exception&) {
-        }
-      } else {
-        in = store_->check({key});  // once the time is up, or a rank is missing already
-      }
+      // Once the time is up, or a rank is missing already, only a look.
+      const bool waitHere = missing.empty() || waitAllRanks;
+      const bool in = arrives(key, waitHere ? deadline : Clock::now());
       if (in) {
         ++monitoredReceived_[r];
         arrived.push_back(r);
