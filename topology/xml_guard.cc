@@ -106,6 +106,18 @@ const std::string* valueOf(const std::vector<Attribute>& attrs, const char* name
   return nullptr;
 }
 
+// Where the next tag at or after `from` starts ('<'), comments skipped: no
+// tag inside a comment counts. npos when there is none.
+size_t nextTag(const std::string& text, size_t from) {
+  for (;;) {
+    const size_t at = text.find('<', from);
+    if (at == std::string::npos || text.compare(at, 4, "<!--") != 0) return at;
+    const size_t end = text.find("-->", at + 4);
+    if (end == std::string::npos) return std::string::npos;
+    from = end + 1;
+  }
+}
+
 bool endsWith(const std::string& s, const char* tail) {
   const size_t n = std::strlen(tail);
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
@@ -125,12 +137,7 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
   bool sawRoot = false;  // the first object is the root (the machine)
   // hwloc reads a file as its 1.x format unless <topology> says version="2.x".
   bool v1 = true;
-  for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
-    if (text.compare(at, 4, "<!--") == 0) {  // no tag inside a comment
-      at = text.find("-->", at + 4);
-      if (at == std::string::npos) break;
-      continue;
-    }
+  for (size_t at = nextTag(text, 0); at != std::string::npos; at = nextTag(text, at + 1)) {
     const auto attrs = attributesOf(text, at);
     int sets = 0;
     for (const char* set : kSets)
@@ -217,12 +224,7 @@ std::optional<std::string> withoutMemattrs(const std::string& text) {
   std::string out;
   size_t copied = 0;  // text[0, copied) is in out
   bool any = false;
-  for (size_t at = text.find('<'); at != std::string::npos; at = text.find('<', at + 1)) {
-    if (text.compare(at, 4, "<!--") == 0) {  // no element inside a comment
-      at = text.find("-->", at + 4);
-      if (at == std::string::npos) break;
-      continue;
-    }
+  for (size_t at = nextTag(text, 0); at != std::string::npos; at = nextTag(text, at + 1)) {
     const size_t name = at + 8;  // past "<memattr"
     if (text.compare(at, 8, "<memattr") != 0 || name >= text.size() ||
         !(std::isspace(static_cast<unsigned char>(text[name])) || text[name] == '>' ||

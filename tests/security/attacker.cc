@@ -356,6 +356,23 @@ struct Listener {
   uint64_t inode = 0;
 };
 
+// An IPv4 or IPv6 address and port as sock_diag gives them (network order).
+sockaddr_storage inetAddr(int family, uint16_t port, const uint32_t* addr) {
+  sockaddr_storage a{};
+  if (family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&a);
+    s->sin_family = AF_INET;
+    s->sin_port = port;
+    memcpy(&s->sin_addr, addr, 4);
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&a);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = port;
+    memcpy(&s->sin6_addr, addr, 16);
+  }
+  return a;
+}
+
 // Every TCP socket of this network namespace in one of `states` (a mask of
 // 1 << TCP state) (sock_diag): its local address (and, with `peers`, its
 // remote address, same index).
@@ -395,35 +412,10 @@ bool listSockets(int nl, uint32_t states, std::vector<Listener>* out,
         auto* m = static_cast<inet_diag_msg*>(NLMSG_DATA(h));
         Listener l;
         l.inode = m->idiag_inode;
-        if (m->idiag_family == AF_INET) {
-          auto* s = reinterpret_cast<sockaddr_in*>(&l.addr);
-          s->sin_family = AF_INET;
-          s->sin_port = m->id.idiag_sport;
-          memcpy(&s->sin_addr, m->id.idiag_src, 4);
-          l.len = sizeof(sockaddr_in);
-          if (peers) {
-            sockaddr_storage pa{};
-            auto* d = reinterpret_cast<sockaddr_in*>(&pa);
-            d->sin_family = AF_INET;
-            d->sin_port = m->id.idiag_dport;
-            memcpy(&d->sin_addr, m->id.idiag_dst, 4);
-            peers->push_back(pa);
-          }
-        } else {
-          auto* s = reinterpret_cast<sockaddr_in6*>(&l.addr);
-          s->sin6_family = AF_INET6;
-          s->sin6_port = m->id.idiag_sport;
-          memcpy(&s->sin6_addr, m->id.idiag_src, 16);
-          l.len = sizeof(sockaddr_in6);
-          if (peers) {
-            sockaddr_storage pa{};
-            auto* d = reinterpret_cast<sockaddr_in6*>(&pa);
-            d->sin6_family = AF_INET6;
-            d->sin6_port = m->id.idiag_dport;
-            memcpy(&d->sin6_addr, m->id.idiag_dst, 16);
-            peers->push_back(pa);
-          }
-        }
+        const int family = m->idiag_family == AF_INET ? AF_INET : AF_INET6;
+        l.addr = inetAddr(family, m->id.idiag_sport, m->id.idiag_src);
+        l.len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+        if (peers) peers->push_back(inetAddr(family, m->id.idiag_dport, m->id.idiag_dst));
         out->push_back(l);
       }
     }
