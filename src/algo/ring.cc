@@ -150,6 +150,22 @@ void chainReduce(Schedule* s, const CollArgs& a) {
   s->scratchBytes = r == a.root ? 0 : bytes;
 }
 
+// Rooted collectives: a rank's part may need nothing from its peers (a
+// broadcast's root, a reduce's first rank, a gather's non-roots, a scatter's
+// root), and ranks that disagree on the root may each wait for the other
+// (two ranks that each take the other for the root). So each rank also sends
+// its ring successor an empty message as it starts and waits for its
+// predecessor's: in every call, every rank hears at least one peer's
+// fingerprint (core/wire_header.h), and every rank sends something.
+void addNeighbourCheck(Schedule* s, const CollArgs& a) {
+  const RingOrder order(a);
+  const int p = order.posOf[a.rank];
+  const int next = order.at(p + 1), prev = order.at(p - 1);
+  addPeers(s, {next, prev}, a.rank);
+  s->sends.push_back({next, tagOf(kPhaseCheck, 0, 0), {Buf::kSend, 0}, 0, -1});
+  addRecv(s, {prev, tagOf(kPhaseCheck, 0, 0), 0, RecvAction::kCopy, {Buf::kRecv, 0}, {}});
+}
+
 // Direct exchanges: alltoall, gather, scatter.
 void directBlocks(Schedule* s, const CollArgs& a) {
   const int n = a.nranks, r = a.rank;
@@ -298,6 +314,9 @@ Schedule makeSchedule(const CollArgs& a) {
     default:
       break;
   }
+  const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ||
+                      a.coll == Collective::kGather || a.coll == Collective::kScatter;
+  if (rooted && bytes) addNeighbourCheck(&s, a);  // (a call of count 0 exchanges nothing)
   return s;
 }
 

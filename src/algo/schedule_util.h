@@ -18,7 +18,7 @@ inline constexpr uint64_t kPhaseRs = 0, kPhaseAg = 1, kPhaseBcast = 2, kPhaseRed
                           kPhaseNodeRs = 8, kPhaseToLeader = 9, kPhaseNetRs = 10,
                           kPhaseNetAg = 11, kPhaseNodeAg = 12, kPhaseSignRs = 13,
                           kPhaseSignAg = 14, kPhaseRabPre = 15, kPhaseRab = 16,
-                          kPhaseRabAg = 17, kPhaseRabPost = 18;
+                          kPhaseRabAg = 17, kPhaseRabPost = 18, kPhaseCheck = 19;
 
 inline uint64_t tagOf(uint64_t phase, uint64_t x, uint64_t j) {
   return (phase << 56) | (x << 32) | j;

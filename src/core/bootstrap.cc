@@ -716,6 +716,14 @@ Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::C
       return v;
     }
     if (abortFlag && abortFlag->load()) return invalidUsage("communicator aborted");
+    if (isConnectTag(tag)) {
+      auto gaveUp = mailbox_.find({peer, kFailureNoticeTag});
+      if (gaveUp != mailbox_.end() && !gaveUp->second.empty()) {
+        const std::vector<uint8_t>& why = gaveUp->second.front();  // left for Comm::noticeFrom
+        return remoteError(fmt::format("rank {} ({}) gave up after an error of its own: {}", peer,
+                                       peers_[peer].hostname, std::string(why.begin(), why.end())));
+      }
+    }
     if (!serviceError_.isOk())
       return serviceError_.withContext(
           fmt::format("rank {} cannot receive control messages (from rank {})", rank_, peer));

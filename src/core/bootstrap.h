@@ -117,6 +117,17 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Status createFreshId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 
+// The tag of a failure notice (Comm::noticeFailure): a rank that gave up
+// after an error tells every peer why.
+inline constexpr uint64_t kFailureNoticeTag = 5ull << 60;
+// Data-connection handshakes (Comm::connectPair) use tags kConnectTagBase |
+// (pair, channel, step) below bit 62. A wait for one of them from a peer
+// whose failure notice has arrived ends with that reason instead of lasting
+// until its deadline: a rank that gave up accepts no connection. (Other
+// waits are left alone: a communicator in error state may still split.)
+inline constexpr uint64_t kConnectTagBase = 1ull << 62;
+inline bool isConnectTag(uint64_t tag) { return (tag >> 62) == 1 && tag != kFailureNoticeTag; }
+
 class Bootstrap : public transport::ControlChannel {
  public:
   static Result<std::unique_ptr<Bootstrap>> init(const UniqueIdData& id, int rank, int nranks,

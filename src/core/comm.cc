@@ -635,7 +635,7 @@ Status Comm::connectPair(int peer) {
     ctx.deadline = bootstrap_->deadline();
     ctx.abortFlag = abort_;
     uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
-    ctx.tagBase = (1ull << 62) | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
+    ctx.tagBase = kConnectTagBase | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
     if (oneShot_) ctx.peerBell = oneShot_->bell(peer);  // all on one host
     if (homeNuma_ >= 0)
       ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) {
@@ -727,22 +727,17 @@ std::vector<uint64_t> Comm::channelMessages() const {
 }  // namespace tutti::core
 
 namespace tutti::core {
-namespace {
-constexpr uint64_t kFailureNoticeTag = 5ull << 60;
-}
 
-void Comm::noticeFailure(const Status& cause, bool everyone) {
+void Comm::noticeFailure(const Status& cause) {
   if (!bootstrap_) return;
   std::string text = cause.message();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  for (int p = 0; p < nranks_; ++p) {
-    // Peers with a connection, and every peer when the one-shot arena may
-    // have this rank as the one they wait for.
-    if (p == rank_ ||
-        (!everyone && !oneShot_ && (channels_[p].empty() || !channels_[p][0].conn)))
-      continue;
-    (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
-  }
+  // Every peer, connected or not: one that is not may be about to connect
+  // to this rank for its next operation, and would wait for the handshake
+  // until its deadline (Bootstrap::recvUntil ends such waits on a notice).
+  for (int p = 0; p < nranks_; ++p)
+    if (p != rank_)
+      (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
 }
 
 Status Comm::peerAbortedError(int peer, std::string_view detail, Code code) const {

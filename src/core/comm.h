@@ -118,6 +118,9 @@ class Comm {
   // mismatch.
   uint64_t nextSendSeq(int peer) { return sendSeq_[peer]++; }
   uint64_t nextRecvSeq(int peer) { return recvSeq_[peer]++; }
+  // Numbers the collective calls (Op::call): every rank calls the same
+  // collectives in the same order, so equal numbers name the same call.
+  uint64_t nextCollectiveCall() { return calls_.fetch_add(1, std::memory_order_relaxed); }
 
   // Which node each rank is on (by host id, or TUTTI_TEST_NODES) and the
   // cost model the algorithm selection uses.
@@ -246,16 +249,17 @@ class Comm {
   std::vector<int> waitingOn() const;
 
   // Failure explanations between ranks. When an operation fails here, every
-  // connected peer is told why (best effort, within 1 s) before this rank
+  // peer is told why (best effort, within 1 s) before this rank
   // closes its connections; a peer that then sees this rank close looks for
   // that notice (waiting up to `wait`) and reports the root cause, so every
   // survivor of a crash names the rank that died, not the neighbour that
   // gave up first. A peer on this host whose communicator was aborted says
   // so in the node arena (OneShot::markAborted, set by abort()): that is
   // reported at once, without waiting for a notice.
-  // `everyone`: every rank of the communicator, connected or not (an
-  // operation this rank will never run may be what they wait for).
-  void noticeFailure(const Status& cause, bool everyone = false);
+  // Every rank of the communicator is told, connected or not (an operation
+  // this rank will never run, or a connection it will never accept, may be
+  // what they wait for).
+  void noticeFailure(const Status& cause);
   Status explainPeerFailure(int peer, const Status& observed,
                             std::chrono::milliseconds wait = std::chrono::milliseconds(300));
   // The failure notice `peer` sent, if one has arrived (no waiting): the
@@ -327,6 +331,7 @@ class Comm {
   std::shared_ptr<const topo::Topology> topology_;
   std::vector<std::vector<Channel>> channels_;  // [peer][channel]
   std::vector<uint64_t> sendSeq_, recvSeq_;
+  std::atomic<uint64_t> calls_{0};
   std::unique_ptr<uint8_t[]> scratch_;
   size_t scratchCap_ = 0;
   std::shared_ptr<void> executorCache_;

@@ -123,6 +123,7 @@ Status Compressor::sum(const void* send, void* recv, size_t count, int dt, int o
   o.dt = dt;
   o.op = op;
   o.stream = stream;
+  o.call = comm_->nextCollectiveCall();
   o.compress(c);
   return runOne(o).status;
 }

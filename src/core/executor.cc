@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "base/backoff.h"
@@ -175,6 +176,10 @@ class Run {
   Status reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
                        const algo::Schedule& sched, const algo::RecvStep& r, bool* progress);
   Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
+  // The fingerprint of schedule `inst` (work built without any: point to point).
+  OpSig sigOf(uint32_t inst) const {
+    return inst < w_->sigs.size() ? w_->sigs[inst] : OpSig{0, 0, -1, 0, 8};
+  }
   // Whether a message of `bytes` payload travels on channel 0 only
   // (kSmallMessageBytes); sender and receiver decide alike.
   bool channel0Only(const algo::Schedule& s, bool encoded, size_t bytes) const;
@@ -211,6 +216,23 @@ class Run {
   IpcRun ipcRun_;         // its state (DeviceIpc::start builds it afresh)
   int failedPeer_ = -1;
 };
+
+// A call as its fingerprint tells it, for errors: "AllReduce of 1024 x float32
+// op sum (collective call 7)"; `algorithm`: the planned algorithm, when known
+// (this rank's own call).
+std::string describeSig(const OpSig& g, const char* algorithm) {
+  const auto coll = static_cast<algo::Collective>(g.coll);
+  if (coll == algo::Collective::kSend || coll == algo::Collective::kRecv)
+    return "point-to-point operations";
+  static const char* const kOps[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+  std::string s = fmt::format("{} of {} x {}", algo::collectiveName(coll), g.count,
+                              dataTypeName(static_cast<DataType>(g.dt)));
+  if (g.op < 6) s += fmt::format(" op {}", kOps[g.op]);
+  if (g.root >= 0) s += fmt::format(" root {}", g.root);
+  s += fmt::format(" (collective call {}", g.call);
+  if (algorithm) s += fmt::format(", {}", algorithm);
+  return s + ")";
+}
 
 // Bytes a message of `bytes` payload occupies on the wire.
 size_t wireSize(const HostKernels& k, const algo::Schedule& s, bool encoded, size_t bytes) {
@@ -342,10 +364,26 @@ Status Run::start() {
 }
 
 Status Run::unexpected(const PeerRun& p, const MsgHeader& h, const char* why) {
+  // Both calls, when the message is of this operation's sequence and names
+  // one of its schedules (else it belongs to no call of ours to compare).
+  std::string calls;
+  if (h.seq == p.recvSeq && h.inst < w_->schedules.size()) {
+    const OpSig& mine = sigOf(h.inst);
+    if (h.sig != mine) {
+      calls = fmt::format(": {} called {} where rank {} called {}", c_->describePeer(p.peer),
+                          describeSig(h.sig, nullptr), c_->rank(),
+                          describeSig(mine, w_->schedules[h.inst].algorithm.c_str()));
+      if (h.sig.coll == mine.coll && h.sig.count == mine.count && h.sig.dt == mine.dt &&
+          h.sig.op == mine.op && h.sig.root == mine.root && h.sig.call == mine.call)
+        calls += " (the same call, planned differently: are NCCL_ALGO and the TUTTI_ settings "
+                 "the same on every rank?)";
+    }
+  }
   return invalidUsage(fmt::format(
-      "{} from {} (message {}:{} of {} bytes): the ranks called collectives in a different "
-      "order or with different counts, datatypes or roots",
-      why, c_->describePeer(p.peer), h.inst, h.tag, h.bytes));
+      "{}{} from {} (message {}:{} of {} bytes){}: the ranks called collectives in a different "
+      "order or with different counts, datatypes, ops or roots",
+      calls.empty() || std::string_view(why) == "collective mismatch" ? "" : "collective mismatch: ",
+      why, c_->describePeer(p.peer), h.inst, h.tag, h.bytes, calls));
 }
 
 Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
@@ -385,7 +423,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
                    sd.bytes / sizeof(float), o.wire.data());
         o.payload = o.wire.data();
       }
-      o.hdr = MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag};
+      o.hdr = MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag, sigOf(inst)};
       o.hdrSent = o.paySent = 0;
     }
     if (o.hdrSent < kHdr) {
@@ -510,11 +548,14 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
     }
     if (in.recv < 0) {
       const HeaderVerdict v =
-          classifyHeader(rx.hdr, p.peer, p.recvSeq, recvIndex_, [&](uint32_t flat) {
-            const auto& s = w_->schedules[recvs_[flat].inst];
-            const auto& rr = s.recvs[recvs_[flat].idx];
-            return wireSize(*k_, s, rr.encoded, rr.bytes);
-          });
+          classifyHeader(
+              rx.hdr, p.peer, p.recvSeq, recvIndex_,
+              [&](uint32_t flat) {
+                const auto& s = w_->schedules[recvs_[flat].inst];
+                const auto& rr = s.recvs[recvs_[flat].idx];
+                return wireSize(*k_, s, rr.encoded, rr.bytes);
+              },
+              [&](uint32_t inst) { return sigOf(inst); });
       switch (v.kind) {
         case HeaderClass::kMatch:
           break;
@@ -524,6 +565,8 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
           return unexpected(p, rx.hdr, "stale message");
         case HeaderClass::kUnexpected:
           return unexpected(p, rx.hdr, "unexpected message");
+        case HeaderClass::kSigMismatch:
+          return unexpected(p, rx.hdr, "collective mismatch");
         case HeaderClass::kSizeMismatch:
           return unexpected(p, rx.hdr, "message size mismatch");
       }

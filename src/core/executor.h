@@ -32,6 +32,9 @@ struct Work {
   // Per schedule (may be shorter): a counter to which the bytes its messages
   // put on the wire are added (null: none).
   std::vector<uint64_t*> wireBytes;
+  // Per schedule: the fingerprint its messages carry and its receives expect
+  // (core/wire_header.h).
+  std::vector<OpSig> sigs;
   // Small collectives on the one-shot path (comm->oneShot()), in call order;
   // progressed alongside the schedules.
   std::vector<OneShotOp> small;

@@ -112,6 +112,27 @@ bool inPlaceOf(const Op& o, size_t es) {
 }
 
 // The INFO line that says which algorithm runs an operation.
+// The fingerprint of `o` run as `s` (core/wire_header.h).
+OpSig sigOf(const Op& o, const algo::Schedule& s) {
+  OpSig g;
+  g.count = o.count;
+  g.call = static_cast<uint32_t>(o.call);
+  g.root = isRooted(o.coll) ? o.root : -1;
+  g.plan = algoHash(s.algorithm.c_str());
+  g.coll = static_cast<uint8_t>(o.coll);
+  g.dt = static_cast<uint8_t>(o.dt);
+  if (isReducing(o.coll)) g.op = static_cast<uint8_t>(std::min(o.op, static_cast<int>(ncclNumOps)));
+  return g;
+}
+
+// Point-to-point schedules: their sizes are checked message by message.
+OpSig p2pSig() {
+  OpSig g;
+  g.coll = static_cast<uint8_t>(Collective::kSend);
+  g.plan = algoHash("p2p");
+  return g;
+}
+
 void logAlgorithm(const Op& o, const algo::Schedule& s) {
   // NCCL_ALGO is honoured when it names what runs (a two-level algorithm on
   // one node runs as the ring).
@@ -171,6 +192,7 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
   w->buffers.push_back({nullptr, nullptr, nullptr, nullptr, nullptr});
   w->descriptions.push_back("p2p");
   w->wireBytes.push_back(nullptr);
+  w->sigs.push_back(p2pSig());
   if (bind) {
     bind->source.assign(1, 0);
     bind->scratchOff.assign(1, 0);
@@ -264,6 +286,7 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
                           reinterpret_cast<uint8_t*>(o->state)});
     w->descriptions.push_back(algo::collectiveName(o->coll));
     w->wireBytes.push_back(o->wireBytes);
+    w->sigs.push_back(sigOf(*o, w->schedules.back()));
   }
   if (selfSends.size() != selfRecvs.size())
     return invalidUsage(fmt::format("group has {} send(s) to self but {} receive(s) from self",
@@ -333,6 +356,7 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
     probe.count = maxima[i].size();
     probe.dt = ncclFloat32;
     probe.op = ncclMax;
+    probe.call = scaled[i][0]->call;  // every rank agrees the scales of the same calls
     works.emplace_back();
     TUTTI_RETURN_IF_ERROR(buildWork(*comms[i], {&probe}, &works.back()));
   }
@@ -575,6 +599,7 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
                     mem ? mem + p.packedBytes + p.bind.scratchOff[i] : nullptr, nullptr,
                     reinterpret_cast<uint8_t*>(o.state)};
     w.wireBytes[i] = o.wireBytes;
+    w.sigs[i].call = static_cast<uint32_t>(o.call);
   }
   algo::Schedule& p2p = w.schedules[0];
   for (const Binding::Abs& a : p.bind.abs) {
@@ -838,6 +863,7 @@ Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count
   o.op = op;
   o.root = root;
   o.stream = stream;
+  if (coll != Collective::kSend && coll != Collective::kRecv) o.call = comm.nextCollectiveCall();
   if (coll == Collective::kAllReduce && count > 0) {
     o.wire.format = envCompression(comm, count * dataTypeSize(static_cast<DataType>(dt)), dt, op);
     o.needsScale = o.wire.format == algo::Wire::kHalf;
@@ -958,7 +984,7 @@ Status failRefusedGroup(const std::vector<Comm*>& comms, const Status& why) {
                                             "refused: {}",
                                             c->rank(), why.message()));
     c->setError(st);
-    c->noticeFailure(st, /*everyone=*/true);
+    c->noticeFailure(st);
   }
   return Status(why.code(), "the group did not run (" + why.message() +
                                 "); its communicators have failed and their peers were told");

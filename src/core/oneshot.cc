@@ -51,6 +51,17 @@ bool needs(const OneShotOp& op, int rank, int q) {
   }
 }
 
+// Whose slot `rank` waits for and whose signature it checks: those whose
+// data it needs, and in a rooted collective also its predecessor (rank - 1):
+// a broadcast's root and a reduce's non-roots need no data, yet a rank that
+// took itself for the root while its peers did not must find out in this
+// call, not return with its buffer untouched.
+bool checks(const OneShotOp& op, int rank, int q, int nranks) {
+  if (needs(op, rank, q)) return true;
+  const bool rooted = op.coll == Collective::kBroadcast || op.coll == Collective::kReduce;
+  return rooted && q != rank && q == (rank + nranks - 1) % nranks;
+}
+
 // Where `rank`'s own block starts in its send buffer when only `rank` reduces
 // it (a reduce-scatter's own block, a reduce root's whole input), or
 // kNoOwnBlock when peers read all of it (or PreMulSum must scale it on the way
@@ -364,10 +375,10 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     *moved = true;
   }
   for (int q = 0; q < nranks_; ++q)
-    if (needs(op, rank_, q) && !published(q, op.cls, op.seq)) return Status::ok();
+    if (checks(op, rank_, q, nranks_) && !published(q, op.cls, op.seq)) return Status::ok();
   if (!op.readsDone) {
     for (int q = 0; q < nranks_; ++q)
-      if (needs(op, rank_, q)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
+      if (checks(op, rank_, q, nranks_)) TUTTI_RETURN_IF_ERROR(checkSignature(op, q));
     if (!op.direct) {
       complete(op);
       op.done = true;
@@ -477,7 +488,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
       if (readsFrom(op, q, rank_) && !acked(q, seq)) waiting.push_back(q);
       continue;
     }
-    if (op.seq && !needs(op, rank_, q)) continue;
+    if (op.seq && !checks(op, rank_, q, nranks_)) continue;
     if (published(q, cls, seq)) continue;
     if (op.seq) {
       // q has posted this operation (or a later one) in the other class:

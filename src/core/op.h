@@ -31,6 +31,10 @@ struct Op {
   int dt = 0;        // ncclDataType_t, validated
   int op = 0;        // ncclRedOp_t (built-in or one of comm's PreMulSum operators), validated
   int root = 0;      // root, or peer for send/recv
+  // A collective's number among its communicator's collective calls (every
+  // rank numbers its calls alike): OpSig::call, which tells a skipped call
+  // from a late one.
+  uint64_t call = 0;
   // Compressed all-reduce (float32): wire format, residuals and counter;
   // needsScale: fp16 whose scale exponent all ranks agree on when it runs.
   algo::WireSpec wire{};
@@ -61,6 +65,13 @@ struct UserRedOp {
   double value = 0;           // ncclScalarHostImmediate: read at creation
   uint64_t raw = 0;           // ncclScalarHostImmediate: the scalar's bytes
 };
+
+// Collectives with a root: their ranks' parts differ, and some rank's part
+// needs nothing from its peers.
+inline bool isRooted(algo::Collective c) {
+  return c == algo::Collective::kBroadcast || c == algo::Collective::kReduce ||
+         c == algo::Collective::kGather || c == algo::Collective::kScatter;
+}
 
 inline bool isReducing(algo::Collective c) {
   return c == algo::Collective::kAllReduce || c == algo::Collective::kReduce ||
