@@ -118,6 +118,29 @@ size_t nextTag(const std::string& text, size_t from) {
   }
 }
 
+// Whether the start tag that begins at `tag` ends with "/>" (an element
+// without content): its '>' found past quoted values.
+bool selfClosing(const std::string& text, size_t tag) {
+  for (size_t i = tag + 1; i < text.size(); ++i) {
+    if (text[i] == '"' || text[i] == '\'') {
+      i = text.find(text[i], i + 1);
+      if (i == std::string::npos) return false;
+    } else if (text[i] == '>') {
+      return text[i - 1] == '/';
+    }
+  }
+  return false;
+}
+
+// The type hwloc's XML reader makes of an object's `type` attribute
+// (hwloc_type_sscanf, which also reads "Node" or "NUMA" as NUMANode);
+// HWLOC_OBJ_TYPE_MAX for none (hwloc ignores an object without a type).
+hwloc_obj_type_t typeOf(const std::string* type) {
+  hwloc_obj_type_t t;
+  if (!type || hwloc_type_sscanf(type->c_str(), &t, nullptr, 0) != 0) return HWLOC_OBJ_TYPE_MAX;
+  return t;
+}
+
 bool endsWith(const std::string& s, const char* tail) {
   const size_t n = std::strlen(tail);
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
@@ -137,7 +160,18 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
   bool sawRoot = false;  // the first object is the root (the machine)
   // hwloc reads a file as its 1.x format unless <topology> says version="2.x".
   bool v1 = true;
+  // The <object> elements open at `at`, innermost last: whether each is a
+  // NUMA node; and how many of them are.
+  std::vector<bool> open;
+  size_t openNumaNodes = 0;
   for (size_t at = nextTag(text, 0); at != std::string::npos; at = nextTag(text, at + 1)) {
+    if (text.compare(at, 8, "</object") == 0) {
+      if (!open.empty()) {
+        openNumaNodes -= open.back();
+        open.pop_back();
+      }
+      continue;
+    }
     const auto attrs = attributesOf(text, at);
     int sets = 0;
     for (const char* set : kSets)
@@ -192,6 +226,34 @@ std::optional<std::string> hwlocCrashReason(const std::string& text) {
     }
     const bool root = object && !sawRoot;
     sawRoot = sawRoot || object;
+    // In a file hwloc reads as its 2.x format, a NUMA node inside a NUMA
+    // node (directly, or through Misc, MemCache or type-less objects, which
+    // hwloc ignores with tutti's filters and whose children it gives to
+    // their parent), or a NUMA node or memory-side cache at the root. hwloc
+    // 2.9 takes the first (in a 1.x file a NUMA node's children go to its
+    // parent) as the outer node's memory child but lists it in no level: it
+    // keeps depth 0, and when its nodeset is within the machine's,
+    // hwloc_topology_dup (exportXml) puts it in the root's place, so that
+    // hwloc writes a file whose root is that node. A memory root gets its
+    // nodeset from its memory children only: without, hwloc removes it as
+    // empty and then frees the NULL root ("Topology became empty";
+    // unlink_and_free_object_and_children, from hwloc_topology_clear, reads
+    // NULL->first_child; found by fuzzing). hwloc writes nothing but Misc
+    // objects inside a NUMA node, and a Machine at the root.
+    if (object) {
+      const std::string* type = valueOf(attrs, "type");
+      const hwloc_obj_type_t t = typeOf(type);
+      if (!v1 && t == HWLOC_OBJ_NUMANODE && openNumaNodes > 0)
+        return "a NUMANode object (at byte " + std::to_string(at) +
+               ") inside a NUMANode object, in a file hwloc reads as its 2.x format";
+      if (!v1 && root && (t == HWLOC_OBJ_NUMANODE || t == HWLOC_OBJ_MEMCACHE))
+        return "a " + std::string(hwloc_obj_type_string(t)) + " object (at byte " +
+               std::to_string(at) + ") at the root, in a file hwloc reads as its 2.x format";
+      if (!selfClosing(text, at)) {
+        open.push_back(t == HWLOC_OBJ_NUMANODE);
+        openNumaNodes += open.back();
+      }
+    }
     if (!object || sets != 4) continue;
     // Sets that leave the machine without a PU. hwloc keeps of the root's
     // cpuset what complete_cpuset and allowed_cpuset also hold; when that

@@ -21,7 +21,13 @@
 //   NUMA node's complete_cpuset is compared with its parent's
 //   (hwloc_bitmap_isequal on NULL);
 // - a NUMANode or PU object without an os_index below 65536: hwloc sizes a
-//   bitmap by the index (by 2^32 - 1 when it is missing: 512 MiB).
+//   bitmap by the index (by 2^32 - 1 when it is missing: 512 MiB);
+// - in a 2.x file, a NUMANode object inside a NUMANode object (through
+//   ignored Misc, MemCache or type-less objects too), or a NUMANode or
+//   MemCache object at the root: hwloc gives the inner node no level,
+//   hwloc_topology_dup puts it in the root's place, and a memory root
+//   without memory children is removed as empty, then dereferenced
+//   ("Topology became empty" again).
 // Pure (no I/O); files hwloc wrote never match. These patterns are all that
 // guards a process with threads (a framework's, a communicator's init).
 //
