@@ -28,12 +28,20 @@ inline bool aborted(const ConnectContext& ctx) {
   return ctx.abortFlag != nullptr && ctx.abortFlag->load(std::memory_order_acquire);
 }
 
-// ok while neither aborted nor past the deadline; otherwise an error that
-// names the peer and what we were waiting for.
+// ok while neither aborted, nor past the deadline, nor waiting for a peer
+// that gave up (ControlChannel::gaveUp); otherwise an error that names the
+// peer and what we were waiting for.
 inline Status checkWait(const ConnectContext& ctx, const char* transport, const char* what) {
   if (aborted(ctx)) {
     return internalError(fmt::format("{}: connect to rank {} (channel {}) aborted while {}",
                                      transport, ctx.peer, ctx.channel, what));
+  }
+  if (ctx.control != nullptr) {
+    Status g = ctx.control->gaveUp(ctx.peer);
+    if (!g.isOk())
+      return g.withContext(
+          fmt::format("{}: connecting to rank {} (channel {}) while {}", transport, ctx.peer,
+                      ctx.channel, what));
   }
   if (Clock::now() >= ctx.deadline) {
     return remoteError(fmt::format("{}: timed out connecting to rank {} (channel {}) while {}",
@@ -79,6 +87,7 @@ inline Result<std::vector<uint8_t>> controlRecv(const ConnectContext& ctx, uint6
 
 inline Status controlSend(const ConnectContext& ctx, uint64_t tagOffset, const void* data,
                           size_t bytes, const char* transport, const char* what) {
+  TUTTI_RETURN_IF_ERROR(checkWait(ctx, transport, what));  // (a peer that gave up accepts nothing)
   Status s = ctx.control->send(ctx.peer, ctx.tagBase + tagOffset, data, bytes);
   if (!s.isOk()) {
     return s.withContext(fmt::format("{}: {} to rank {}", transport, what, ctx.peer));

@@ -93,6 +93,13 @@ class ControlChannel {
     (void)abortFlag;
     return recv(peer, tag);
   }
+  // An error when `peer` has said it gave up after an error of its own (it
+  // will take part in no handshake: waiting for it is pointless), else ok.
+  // Handshake waits ask it every slice (handshake_util.h: checkWait).
+  virtual Status gaveUp(int peer) {
+    (void)peer;
+    return Status::ok();
+  }
 };
 
 namespace shm {

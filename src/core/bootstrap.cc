@@ -677,6 +677,10 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
     if (!serviceError_.isOk())
       return serviceError_.withContext(
           fmt::format("rank {} cannot receive control messages (from rank {})", rank_, peer));
+    // A handshake with a peer that gave up: it accepts no connection (and
+    // may have closed its communicator, so connecting would be refused
+    // until the deadline).
+    if (isConnectTag(tag)) TUTTI_RETURN_IF_ERROR(gaveUpLocked(peer));
   }
   std::lock_guard<std::mutex> lk(sendMu_);
   net::Socket* s = nullptr;
@@ -703,6 +707,20 @@ Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
   return recvUntil(peer, tag, deadline(), abortFlag_);
 }
 
+Status Bootstrap::gaveUpLocked(int peer) const {
+  auto it = mailbox_.find({peer, kFailureNoticeTag});
+  if (it == mailbox_.end() || it->second.empty()) return Status::ok();
+  const std::vector<uint8_t>& why = it->second.front();  // left for Comm::noticeFrom
+  return remoteError(fmt::format("rank {} ({}) gave up after an error of its own: {}", peer,
+                                 peers_[peer].hostname, std::string(why.begin(), why.end())));
+}
+
+Status Bootstrap::gaveUp(int peer) {
+  if (peer < 0 || peer >= nranks_) return Status::ok();
+  std::lock_guard<std::mutex> lk(mu_);
+  return gaveUpLocked(peer);
+}
+
 Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::Clock::time_point dl,
                                                   const std::atomic<bool>* abortFlag) {
   std::unique_lock<std::mutex> lk(mu_);
@@ -716,14 +734,7 @@ Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::C
       return v;
     }
     if (abortFlag && abortFlag->load()) return invalidUsage("communicator aborted");
-    if (isConnectTag(tag)) {
-      auto gaveUp = mailbox_.find({peer, kFailureNoticeTag});
-      if (gaveUp != mailbox_.end() && !gaveUp->second.empty()) {
-        const std::vector<uint8_t>& why = gaveUp->second.front();  // left for Comm::noticeFrom
-        return remoteError(fmt::format("rank {} ({}) gave up after an error of its own: {}", peer,
-                                       peers_[peer].hostname, std::string(why.begin(), why.end())));
-      }
-    }
+    if (isConnectTag(tag)) TUTTI_RETURN_IF_ERROR(gaveUpLocked(peer));
     if (!serviceError_.isOk())
       return serviceError_.withContext(
           fmt::format("rank {} cannot receive control messages (from rank {})", rank_, peer));

@@ -138,6 +138,9 @@ class Bootstrap : public transport::ControlChannel {
   Result<std::vector<uint8_t>> recv(int peer, uint64_t tag) override;
   Result<std::vector<uint8_t>> recvUntil(int peer, uint64_t tag, net::Clock::time_point deadline,
                                          const std::atomic<bool>* abortFlag) override;
+  // A failure notice from `peer` has arrived (left in the mailbox for
+  // Comm::noticeFrom): its reason as an error.
+  Status gaveUp(int peer) override;
   // send() with its own deadline (best-effort notices to peers that may be gone).
   Status sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
                    net::Clock::time_point deadline);
@@ -157,6 +160,7 @@ class Bootstrap : public transport::ControlChannel {
   net::Clock::time_point deadline() const;
 
  private:
+  Status gaveUpLocked(int peer) const;  // gaveUp(), mu_ held
   Bootstrap() = default;
   Status start();
   Status connectRoot(const net::SockAddr& rootAddr, net::Clock::time_point deadline,

@@ -589,6 +589,7 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
   const int rank = comm.rank(), nranks = comm.nranks();
   for (FusedSet& f : p.fused) {
     f.op.stream = ops[f.parts[0]]->stream;  // where a device scalar is read
+    f.op.call = ops[f.parts[0]]->call;      // its fingerprint's call number
     f.place(mem + f.at, rank, nranks);
     f.pack(ops, rank, nranks);
   }

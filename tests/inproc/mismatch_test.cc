@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,7 +109,7 @@ TEST_P(Mismatch, FailsPromptlyAndNeverReturnsMixedData) {
     const auto t0 = std::chrono::steady_clock::now();
     const ncclResult_t rc = mismatchedCall(p, r, comm, in, out);
     const double s = secondsSince(t0);
-    EXPECT_LT(s, 5.0) << "rank " << r;
+    EXPECT_LT(s, 10.0) << "rank " << r;  // half of TUTTI_TIMEOUT (room for sanitizers)
     if (rc != ncclSuccess) {
       failed[r] = 1;
       const std::string err = ncclGetLastError(comm);
@@ -129,7 +130,7 @@ TEST_P(Mismatch, FailsPromptlyAndNeverReturnsMixedData) {
     int32_t x = 1, y = 0;
     EXPECT_NE(ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
         << "rank " << r;
-    EXPECT_LT(secondsSince(t1), 5.0) << "rank " << r;
+    EXPECT_LT(secondsSince(t1), 10.0) << "rank " << r;
   });
   // The deviant rank always fails; with two ranks both do.
   EXPECT_TRUE(failed[p.n - 1]);
@@ -142,7 +143,10 @@ std::vector<Param> params() {
     for (int n : {2, 3, 5})
       for (Case c : {Case::kCount, Case::kDatatype, Case::kOp, Case::kCollective, Case::kRoot,
                      Case::kEachOtherRoot, Case::kSkipped})
-        for (size_t count : {size_t{1} << 10, size_t{1} << 20}) v.push_back({tcp, n, c, count});
+        for (size_t count : {size_t{1} << 10, size_t{1} << 20, size_t{16} << 20})
+          // 16 Mi elements in bench/fault/mismatch.sh only (TUTTI_MISMATCH_LARGE=1).
+          if (count < (size_t{16} << 20) || getenv("TUTTI_MISMATCH_LARGE"))
+            v.push_back({tcp, n, c, count});
   return v;
 }
 
