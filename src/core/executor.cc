@@ -176,9 +176,10 @@ class Run {
   Status reduceInPlace(PeerRun& p, Channel& chan, In& in, uint32_t inst,
                        const algo::Schedule& sched, const algo::RecvStep& r, bool* progress);
   Status unexpected(const PeerRun& p, const MsgHeader& h, const char* why);
-  // The fingerprint of schedule `inst` (work built without any: point to point).
+  // The fingerprint of schedule `inst` (the planner gives every schedule
+  // one; work without is taken for point to point).
   OpSig sigOf(uint32_t inst) const {
-    return inst < w_->sigs.size() ? w_->sigs[inst] : OpSig{0, 0, -1, 0, 8};
+    return inst < w_->sigs.size() ? w_->sigs[inst] : p2pSig();
   }
   // Whether a message of `bytes` payload travels on channel 0 only
   // (kSmallMessageBytes); sender and receiver decide alike.

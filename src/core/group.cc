@@ -111,7 +111,8 @@ bool inPlaceOf(const Op& o, size_t es) {
   }
 }
 
-// The INFO line that says which algorithm runs an operation.
+static_assert(static_cast<uint8_t>(Collective::kSend) == 8, "p2pSig() in core/wire_header.h");
+
 // The fingerprint of `o` run as `s` (core/wire_header.h).
 OpSig sigOf(const Op& o, const algo::Schedule& s) {
   OpSig g;
@@ -125,14 +126,7 @@ OpSig sigOf(const Op& o, const algo::Schedule& s) {
   return g;
 }
 
-// Point-to-point schedules: their sizes are checked message by message.
-OpSig p2pSig() {
-  OpSig g;
-  g.coll = static_cast<uint8_t>(Collective::kSend);
-  g.plan = algoHash("p2p");
-  return g;
-}
-
+// The INFO line that says which algorithm runs an operation.
 void logAlgorithm(const Op& o, const algo::Schedule& s) {
   // NCCL_ALGO is honoured when it names what runs (a two-level algorithm on
   // one node runs as the ring).

@@ -59,6 +59,15 @@ inline uint32_t algoHash(const char* name) {
   return h;
 }
 
+// The fingerprint of a group's point-to-point schedule (instance 0): their
+// sizes are checked message by message. (8: algo::Collective::kSend.)
+inline OpSig p2pSig() {
+  OpSig g;
+  g.coll = 8;
+  g.plan = algoHash("p2p");
+  return g;
+}
+
 // Wire header preceding every data message.
 struct MsgHeader {
   uint64_t seq;    // per (sender, receiver) pair: which group/collective
