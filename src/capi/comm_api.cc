@@ -98,6 +98,16 @@ void destroyComm(ncclComm* c, bool abort) {
   delete c;
 }
 
+// A split's or shrink's child from its plan (none for NCCL_SPLIT_NOCOLOR), on the parent's device.
+ncclResult_t childOf(const char* fn, ncclComm_t comm, tutti::Result<core::Comm::SplitPlan> plan,
+                     ncclComm_t* newcomm, ncclConfig_t* config) {
+  if (!plan) return fromStatus(plan.status().withContext(fn), comm);
+  if (plan->nranks == 0) return ncclSuccess;
+  ncclUniqueId id;
+  static_assert(sizeof(id.internal) == sizeof(plan->id), "unique id size");
+  memcpy(id.internal, plan->id, sizeof(plan->id));
+  return initRank(fn, newcomm, plan->nranks, id, plan->rank, config, comm->device());
+}
 }  // namespace tutti::capi
 
 using tutti::capi::destroyComm;
@@ -162,11 +172,11 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
 }
 TUTTI_PNCCL(ncclCommInitAll)
 
+
 TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                      ncclConfig_t* config) {
   return guard("ncclCommSplit", [&]() -> ncclResult_t {
-    ncclResult_t rc = checkComm(comm, "ncclCommSplit");
-    if (rc != ncclSuccess) return rc;
+    if (ncclResult_t rc = checkComm(comm, "ncclCommSplit", true, true); rc != ncclSuccess) return rc;
     if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL", comm);
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
       return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
@@ -183,17 +193,25 @@ TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
       const capi::SplitFrom from{comm->impl(), color, key};
       return initRank("ncclCommSplit", newcomm, 0, {}, -1, config, comm->device(), &from);
     }
-    auto plan = comm->impl()->split(color, key);
-    if (!plan) return fromStatus(plan.status().withContext("ncclCommSplit"), comm);
-    if (plan->nranks == 0) return ncclSuccess;  // NCCL_SPLIT_NOCOLOR
-    ncclUniqueId id;
-    static_assert(sizeof(id.internal) == sizeof(plan->id), "unique id size");
-    memcpy(id.internal, plan->id, sizeof(plan->id));
-    return initRank("ncclCommSplit", newcomm, plan->nranks, id, plan->rank, config,
-                    comm->device());  // children keep the parent's device
+    return capi::childOf("ncclCommSplit", comm, comm->impl()->split(color, key), newcomm, config);
   });
 }
 TUTTI_PNCCL(ncclCommSplit)
+
+TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                      ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return guard("ncclCommShrink", [&]() -> ncclResult_t {
+    if (ncclResult_t rc = checkComm(comm, "ncclCommShrink", true, true); rc != ncclSuccess) return rc;
+    if (!newcomm) return fail(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL", comm);
+    *newcomm = nullptr;
+    ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
+    inherit.blocking = comm->blocking() ? 1 : 0;
+    return capi::childOf("ncclCommShrink", comm,
+                   comm->impl()->shrink(excludeRanksList, excludeRanksCount, shrinkFlags), newcomm,
+                   config ? config : &inherit);
+  });
+}
+TUTTI_PNCCL(ncclCommShrink)
 
 TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", [&] {

@@ -50,7 +50,7 @@ const char* typeName(int t) {
                                     : "invalid";
 }
 
-ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady) {
+ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady, bool failed) {
   if (!comm) return fail(ncclInvalidArgument, std::string(fn) + ": comm is NULL");
   if (!tutti::capi::isLiveComm(comm))
     return fail(
@@ -71,8 +71,8 @@ ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady) {
         comm);
   if (comm->finalized)
     return fail(ncclInvalidUsage, std::string(fn) + ": communicator was finalized", comm);
-  // In error state or aborted: the core's one answer (Comm::usable).
-  return fromStatus(comm->impl()->usable().withContext(fn), comm);
+  if (failed && !comm->impl()->aborted()) return ncclSuccess;  // split, shrink: error state too
+  return fromStatus(comm->impl()->usable().withContext(fn), comm);  // error state, aborted
 }
 
 ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm) {

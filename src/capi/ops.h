@@ -31,9 +31,9 @@ const char* typeName(int t);
 // The "NCCL version" line, once per process.
 void logVersionOnce();
 
-// The communicator is a live handle (and, with needReady, initialised, not
-// finalized, not in error state, not aborted); else the error, recorded.
-ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true);
+// The communicator is a live handle (with needReady: initialised, not finalized, not aborted,
+// and not in error state unless `failed` allows it: split, shrink); else the error, recorded.
+ncclResult_t checkComm(ncclComm_t comm, const char* fn, bool needReady = true, bool failed = false);
 ncclResult_t checkDtype(int dt, const char* fn, ncclComm_t comm);
 
 // The calling thread's ncclGroupStart/End: communicators to initialise and

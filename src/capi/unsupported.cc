@@ -1,19 +1,13 @@
 // NCCL 2.28 entry points tutti does not implement yet.
 //
 // Contract: every function NVIDIA's libnccl.so.2 exports exists in tutti with
-// the same signature, so programs and frameworks that merely link (or dlsym)
-// one of these still load and run. Each one here fails cleanly: it records
-// "<fn> is not supported by tutti yet" as the last error (ncclGetLastError,
-// per thread and per communicator when one is given) and returns
-// ncclInvalidUsage. Functions whose return type is not ncclResult_t return a
-// neutral value, documented per function, and still record the error.
-// Out-parameters that hand back a new object (communicator, window) are set
-// to NULL so a caller that ignores the error does not use garbage.
-//
-// The exception is ncclResetDebugInit (and NVIDIA's internal twin
-// ncclResetDebugInitInternal), which works: it re-reads the logging
-// environment. docs/api.md lists every function and its status.
-//
+// the same signature, so programs that link (or dlsym) one still load. Each
+// records "<fn> is not supported by tutti yet" as the last error (per thread,
+// and per communicator when one is given) and returns ncclInvalidUsage (other
+// return types: a neutral value, documented per function); new objects handed
+// back through out-parameters are set to NULL. The exception,
+// ncclResetDebugInit (and NVIDIA's internal twin), works: it re-reads the
+// logging environment. docs/api.md lists every function and its status.
 // Nothing here blocks or allocates beyond the error message.
 
 #include <cstdint>
@@ -69,21 +63,11 @@ ncclResult_t notSupported(const char* fn, ncclComm_t comm = nullptr) noexcept {
 
 // ---- Communicator management ------------------------------------------------------
 
-// Fault-tolerance revoke: not supported (ncclCommAbort is the way to stop a
-// communicator in tutti today).
+// Not supported (ncclCommAbort stops a communicator; ncclCommShrink drops ranks).
 TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int /*revokeFlags*/) {
   return notSupported("ncclCommRevoke", comm);
 }
 TUTTI_PNCCL(ncclCommRevoke)
-
-// Not supported; *newcomm is set to NULL.
-TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* /*excludeRanksList*/,
-                                      int /*excludeRanksCount*/, ncclComm_t* newcomm,
-                                      ncclConfig_t* /*config*/, int /*shrinkFlags*/) {
-  if (newcomm != nullptr) *newcomm = nullptr;
-  return notSupported("ncclCommShrink", comm);
-}
-TUTTI_PNCCL(ncclCommShrink)
 
 // ---- Symmetric memory windows ------------------------------------------------------
 

@@ -29,6 +29,11 @@ namespace {
 // drops the connection that brings more (a peer sending what nobody reads).
 constexpr size_t kMaxMailboxBytes = size_t{64} << 20;
 
+// A peer whose bootstrap listener still refuses connections after this long
+// is gone (Bootstrap::sendUntil). Generous: a listener whose backlog is full
+// drops connection requests, and the kernel retries them after 1 s, then 3 s.
+constexpr auto kPeerGoneAfter = std::chrono::seconds(10);
+
 // TUTTI_INIT_TIMEOUT: how long each rank's init waits for the others, and
 // how long a root waits for its first registration and then for the rest.
 double initTimeout() { return static_cast<double>(params::getInt("TUTTI_INIT_TIMEOUT", 120)); }
@@ -689,10 +694,14 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
     s = &it->second;
   } else {
     std::string what = fmt::format("rank {} ({})", peer, peers_[peer].hostname);
+    // Every peer listened before it told its address, so a connection still
+    // refused after kPeerGoneAfter means the peer is gone (it left or died):
+    // a handshake with it fails then, not at the deadline.
+    const auto connectBy = std::min(dl, net::Clock::now() + kPeerGoneAfter);
     TUTTI_ASSIGN_OR_RETURN(
         net::Socket sock,
         net::connectAuthenticated(peerAddr(peer), key(), auth::Purpose::kBootstrapPeer, {rank_, 0},
-                                  {peer, 0}, dl, abortFlag_, what));
+                                  {peer, 0}, connectBy, abortFlag_, what));
     s = &out_.emplace(peer, std::move(sock)).first->second;
   }
   FrameHeader hdr{kFrameMagic, 0, tag, bytes};

@@ -438,6 +438,51 @@ Result<Comm::SplitPlan> Comm::split(int color, int key) {
   return splitExchange(color, key);
 }
 
+Result<Comm::SplitPlan> Comm::shrink(const int* exclude, int count, int flags) {
+  if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT)
+    return invalidArgument(fmt::format("invalid shrinkFlags {}", flags));
+  if (count < 0 || (count > 0 && !exclude))
+    return invalidArgument(fmt::format("excludeRanksList is {} with excludeRanksCount {}",
+                                       exclude ? "set" : "NULL", count));
+  std::vector<uint8_t> out(nranks_, 0);
+  for (int i = 0; i < count; ++i) {
+    const int r = exclude[i];
+    if (r < 0 || r >= nranks_)
+      return invalidArgument(
+          fmt::format("excludeRanksList[{}] is {}: not a rank of {}", i, r, nranks_));
+    if (out[r]) return invalidArgument(fmt::format("rank {} is excluded twice", r));
+    if (r == rank_)
+      return invalidArgument(fmt::format(
+          "rank {} excludes itself: an excluded rank does not call ncclCommShrink", r));
+    out[r] = 1;
+  }
+  if (flags == NCCL_SHRINK_ABORT && error().isOk())
+    setError(invalidUsage("its operations were ended by ncclCommShrink (NCCL_SHRINK_ABORT)"));
+  drainEngine();
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<int> kept;
+  for (int r = 0; r < nranks_; ++r)
+    if (!out[r]) kept.push_back(r);
+  SplitPlan plan;
+  plan.nranks = static_cast<int>(kept.size());
+  plan.rank = static_cast<int>(std::find(kept.begin(), kept.end(), rank_) - kept.begin());
+  // Splits and shrinks share the count: every survivor made the same ones.
+  const uint64_t tag = (2ull << 60) | (splitSeq_++ << 20);  // (a split's: 3 << 60)
+  if (plan.rank == 0) {
+    TUTTI_RETURN_IF_ERROR(createFreshId(plan.id));
+    for (size_t i = 1; i < kept.size(); ++i)
+      TUTTI_RETURN_IF_ERROR(bootstrap_->send(kept[i], tag, plan.id, sizeof(plan.id)));
+  } else {
+    auto got = bootstrap_->recv(kept[0], tag);
+    if (!got) return got.status().withContext("waiting for the shrunk communicator's id");
+    if (got->size() != sizeof(plan.id))
+      return internalError(fmt::format("the new communicator's id from {} has {} bytes",
+                                       describePeer(kept[0]), got->size()));
+    std::memcpy(plan.id, got->data(), sizeof(plan.id));
+  }
+  return plan;
+}
+
 void Comm::splitQueued(int color, int key, std::function<void(Result<SplitPlan>)> then) {
   // Hands `then` its answer exactly once: from the job, or, when the engine
   // drops the job without running it, from the destructor of the job's state.

@@ -197,6 +197,14 @@ class Comm {
   // once: a job that never runs (this communicator failed or was aborted
   // first, or queueing it failed) hands it that error instead.
   void splitQueued(int color, int key, std::function<void(Result<SplitPlan>)> then);
+  // ncclCommShrink's part: the ranks not in `exclude` (`count` of them; this
+  // rank must not be one) build a new communicator without any exchange
+  // among all ranks (an excluded rank may be dead): new ranks in old order,
+  // and the unique id made by the lowest survivor, sent to the others over
+  // the bootstrap. `flags` NCCL_SHRINK_ABORT: this communicator fails first,
+  // so that what its engine still holds ends at once; NCCL_SHRINK_DEFAULT:
+  // that work runs to its end. Works on a communicator in error state.
+  Result<SplitPlan> shrink(const int* exclude, int count, int flags);
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
