@@ -62,7 +62,9 @@ std::vector<Attribute> attributesOf(const std::string& text, size_t tag) {
 // ("0x000000ff,,,,,,0x000000ff"), after "0xf...f" for an infinite set.
 // Hand-written words may be shorter ("0x3"). Refused: a leading comma
 // (hwloc_bitmap_sscanf does not count it and asserts), a trailing one, and
-// anything but hex digits. "" (no set) is taken.
+// anything but hex digits, and "" (hwloc 2.9's reader reads past an empty
+// set string: an ASan heap-buffer-overflow in hwloc_bitmap_sscanf, found by
+// fuzzing; hwloc writes "0x0" for an empty set).
 bool plainSet(const std::string& v) {
   size_t i = 0;
   bool wordRequired = true;  // no leading comma
@@ -72,7 +74,7 @@ bool plainSet(const std::string& v) {
     if (v[i++] != ',') return false;
     wordRequired = false;  // "0xf...f,,0x1": a zero word may follow
   }
-  if (i == v.size()) return i == 0;
+  if (i == v.size()) return false;  // ""
   for (;;) {
     size_t digits = 0;
     if (v.compare(i, 2, "0x") == 0) {

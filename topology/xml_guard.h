@@ -10,8 +10,9 @@
 //   (hwloc_bitmap_compare_first; pull request 783);
 // - a DOCTYPE without a SYSTEM id, with the libxml2 reader: strcmp(NULL) in
 //   hwloc_libxml_look_init (pull request 786);
-// - a set attribute hwloc would not have written, such as ",0x1": an
-//   assertion fails in hwloc_bitmap_sscanf (count > 0).
+// - a set attribute hwloc would not have written, such as ",0x1" (an
+//   assertion fails in hwloc_bitmap_sscanf: count > 0) or "" (it reads
+//   past the string's end).
 // - sets that leave the root without a PU (an object's cpuset or nodeset
 //   not within its complete one; the root's allowed_cpuset disjoint from
 //   its cpuset): when no child object was read either, hwloc removes the

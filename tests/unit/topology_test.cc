@@ -413,7 +413,7 @@ TEST_F(TopologyXml, FilesThatWouldCrashHwlocAreRefusedWithTheReason) {
 
 // Sets as hwloc writes them pass the guard (zero words are empty between
 // commas: a 192-PU machine's "0x000000ff,,,,,,0x000000ff" was once refused),
-// and the forms hwloc_bitmap_sscanf asserts on are refused.
+// and the forms hwloc_bitmap_sscanf asserts on or reads past are refused.
 TEST_F(TopologyXml, SetsAsHwlocWritesThemPassTheGuard) {
   const std::string xml = readFile(fixturePath());
   const std::string attr = "allowed_nodeset=\"0x00000003\"";
@@ -424,11 +424,12 @@ TEST_F(TopologyXml, SetsAsHwlocWritesThemPassTheGuard) {
     t.replace(at, attr.size(), "allowed_nodeset=\"" + set + "\"");
     return hwlocCrashReason(t);
   };
-  for (const char* ok : {"0x00000003", "0x3", "0x0", "", "0x00000003,,,0x0",
+  for (const char* ok : {"0x00000003", "0x3", "0x0", "0x00000003,,,0x0",
                          "0x000000ff,,,,,,0x000000ff", "0x00000001,0x0", "0xf...f",
                          "0xf...f,,0x00000001", "0xf...f,0x00000001"})
     EXPECT_FALSE(with(ok).has_value()) << ok << ": " << *with(ok);
-  for (const char* bad : {",0x3", "0x3,", "0x3,,", ",", "0xg", "3", "0x", "0xf...f0x1",
+  // "": hwloc's reader reads past it (found by fuzzing); hwloc writes "0x0".
+  for (const char* bad : {"", ",0x3", "0x3,", "0x3,,", ",", "0xg", "3", "0x", "0xf...f0x1",
                           "0x00000003 ", "0x11111111111111111"})
     EXPECT_TRUE(with(bad).has_value()) << bad;
   // A file with PU 40 ("0x00000100,0x0") loads.
