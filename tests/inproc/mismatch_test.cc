@@ -113,7 +113,13 @@ TEST_P(Mismatch, FailsPromptlyAndNeverReturnsMixedData) {
     if (rc != ncclSuccess) {
       failed[r] = 1;
       const std::string err = ncclGetLastError(comm);
-      EXPECT_NE(err.find("mismatch"), std::string::npos) << "rank " << r << ": " << err;
+      // The deviant rank finds the mismatch itself or hears of it; another
+      // rank may also learn only that a peer failed, when that peer's notice
+      // (which names the mismatch) comes later than its failure shows in the
+      // node arena (slow under sanitizers).
+      const bool named = err.find("mismatch") != std::string::npos;
+      const bool peerFailed = err.find("failed or destroyed its communicator") != std::string::npos;
+      EXPECT_TRUE(named || (r != p.n - 1 && peerFailed)) << "rank " << r << ": " << err;
     } else {
       // Success only where this rank's own part is right: a broadcast rank
       // that took rank 0 for the root, as rank 0 did, holds rank 0's data.
