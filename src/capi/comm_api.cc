@@ -172,7 +172,6 @@ TUTTI_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
 }
 TUTTI_PNCCL(ncclCommInitAll)
 
-
 TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                      ncclConfig_t* config) {
   return guard("ncclCommSplit", [&]() -> ncclResult_t {
@@ -207,8 +206,8 @@ TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, in
     ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
     inherit.blocking = comm->blocking() ? 1 : 0;
     return capi::childOf("ncclCommShrink", comm,
-                   comm->impl()->shrink(excludeRanksList, excludeRanksCount, shrinkFlags), newcomm,
-                   config ? config : &inherit);
+                         comm->impl()->shrink(excludeRanksList, excludeRanksCount, shrinkFlags),
+                         newcomm, config ? config : &inherit);
   });
 }
 TUTTI_PNCCL(ncclCommShrink)
