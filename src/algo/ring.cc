@@ -314,9 +314,7 @@ Schedule makeSchedule(const CollArgs& a) {
     default:
       break;
   }
-  const bool rooted = a.coll == Collective::kBroadcast || a.coll == Collective::kReduce ||
-                      a.coll == Collective::kGather || a.coll == Collective::kScatter;
-  if (rooted && bytes) addNeighbourCheck(&s, a);  // (a call of count 0 exchanges nothing)
+  if (isRooted(a.coll) && bytes) addNeighbourCheck(&s, a);  // (a call of count 0 exchanges nothing)
   return s;
 }
 

@@ -115,6 +115,12 @@ enum class Collective : uint8_t {
   kRecv,
 };
 const char* collectiveName(Collective c);
+// Collectives with a root: their ranks' parts differ, and some rank's part
+// needs nothing from its peers.
+inline bool isRooted(Collective c) {
+  return c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+         c == Collective::kScatter;
+}
 
 struct Schedule {
   ReduceSpec spec;

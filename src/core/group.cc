@@ -118,7 +118,7 @@ OpSig sigOf(const Op& o, const algo::Schedule& s) {
   OpSig g;
   g.count = o.count;
   g.call = static_cast<uint32_t>(o.call);
-  g.root = isRooted(o.coll) ? o.root : -1;
+  g.root = algo::isRooted(o.coll) ? o.root : -1;
   g.plan = algoHash(s.algorithm.c_str());
   g.coll = static_cast<uint8_t>(o.coll);
   g.dt = static_cast<uint8_t>(o.dt);

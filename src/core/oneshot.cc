@@ -58,8 +58,7 @@ bool needs(const OneShotOp& op, int rank, int q) {
 // call, not return with its buffer untouched.
 bool checks(const OneShotOp& op, int rank, int q, int nranks) {
   if (needs(op, rank, q)) return true;
-  const bool rooted = op.coll == Collective::kBroadcast || op.coll == Collective::kReduce;
-  return rooted && q != rank && q == (rank + nranks - 1) % nranks;
+  return algo::isRooted(op.coll) && q != rank && q == (rank + nranks - 1) % nranks;
 }
 
 // Where `rank`'s own block starts in its send buffer when only `rank` reduces

@@ -66,13 +66,6 @@ struct UserRedOp {
   uint64_t raw = 0;           // ncclScalarHostImmediate: the scalar's bytes
 };
 
-// Collectives with a root: their ranks' parts differ, and some rank's part
-// needs nothing from its peers.
-inline bool isRooted(algo::Collective c) {
-  return c == algo::Collective::kBroadcast || c == algo::Collective::kReduce ||
-         c == algo::Collective::kGather || c == algo::Collective::kScatter;
-}
-
 inline bool isReducing(algo::Collective c) {
   return c == algo::Collective::kAllReduce || c == algo::Collective::kReduce ||
          c == algo::Collective::kReduceScatter;
