@@ -653,9 +653,13 @@ bool hwlocReadsAnyXml() {
 // figures as info attributes of the root): what dumpXml writes.
 static Result<std::string> exportXml(const Topology& t);
 
+static Result<Topology> loadXmlImpl(const std::string& path, bool apart);
+
 // Reads a topology file (`path`), or, with `buffer`, that text (hwloc's own
-// export of a file read before; `path` then only names it in errors).
-static Result<Topology> readXml(const std::string& path, const std::string* buffer) {
+// export of a file read before; `path` then only names it in errors). With
+// `apart`, another process reads the file first (xml_guard.h).
+static Result<Topology> readXml(const std::string& path, const std::string* buffer,
+                                bool apart = false) {
   auto fail = [&](const std::string& why) {
     return invalidArgument(fmt::format("cannot load topology file '{}': {}", path, why));
   };
@@ -694,8 +698,10 @@ static Result<Topology> readXml(const std::string& path, const std::string* buff
                          : hwloc_topology_set_xml(tree->topo, path.c_str());
   if (set != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
-  if (!buffer)
-    if (auto crashed = hwlocCrashesInChild(path, source)) return fail(*crashed);
+  if (apart)
+    if (auto crashed =
+            hwlocCrashesApart(path, [&path] { return loadXmlImpl(path, false).isOk(); }))
+      return fail(*crashed);
   errno = 0;
   if (hwloc_topology_load(tree->topo) != 0) {
     const char* why = errno ? strerror(errno) : "invalid content";
@@ -778,8 +784,8 @@ static Result<Topology> readXml(const std::string& path, const std::string* buff
   return t;
 }
 
-Result<Topology> loadXml(const std::string& path) {
-  TUTTI_ASSIGN_OR_RETURN(Topology t, readXml(path, nullptr));
+static Result<Topology> loadXmlImpl(const std::string& path, bool apart) {
+  TUTTI_ASSIGN_OR_RETURN(Topology t, readXml(path, nullptr, apart));
   // hwloc 2.9 takes some inconsistent files (a PU whose complete_cpuset
   // holds another PU's bit, say) and makes of them a tree it then writes and
   // reads back otherwise: such a file is refused, so that what is loaded is
@@ -791,9 +797,16 @@ Result<Topology> loadXml(const std::string& path) {
         "cannot load topology file '{}': inconsistent: hwloc reads back another topology than "
         "the one it made of this file ({}; HWLOC_XML_VERBOSE=1 shows hwloc's complaints)",
         path, again ? "the machines differ" : again.status().message()));
+  return t;
+}
+
+Result<Topology> loadXml(const std::string& path) {
+  TUTTI_ASSIGN_OR_RETURN(Topology t, loadXmlImpl(path, true));
   TUTTI_INFO(kTopoLog, "topology: loaded {} (host {}): {}", path, t.hostname, summaryOf(t));
   return t;
 }
+
+Result<Topology> loadXmlHere(const std::string& path) { return loadXmlImpl(path, false); }
 
 static Result<std::string> exportXml(const Topology& t) {
   if (!t.hwloc || !t.hwloc->topo)

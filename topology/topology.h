@@ -158,8 +158,16 @@ Result<Topology> discover();
 // the path and the reason. Refused besides what hwloc refuses: files that
 // hwloc 2.9 would crash on (topology/xml_guard.h), that describe no machine,
 // and that hwloc reads back otherwise once it has written them (checked by
-// writing and reading it again: what loads is what its dump loads).
+// writing and reading it again: what loads is what its dump loads). hwloc
+// reads it in another process first, so that a crash of hwloc is the file's
+// error (topology/xml_guard.h).
 Result<Topology> loadXml(const std::string& path);
+
+// loadXml without reading the file in another process first: what that
+// process runs (`tutti-topo --read-apart`, topology/xml_guard.h). A file
+// hwloc 2.9 crashes on crashes the caller.
+Result<Topology> loadXmlHere(const std::string& path);
+
 // Whether hwloc can read XML it did not write itself (comments, hand-made
 // files such as tests/unit/data/*.xml): true when hwloc's libxml2 reader is
 // installed (Debian: libhwloc-plugins). Without it hwloc falls back to its

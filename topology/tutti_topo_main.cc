@@ -6,11 +6,17 @@
 //   tutti-topo --dump FILE     also write it as XML ("-": stdout, no description)
 //   tutti-topo --json          JSON instead of the description
 // Exit status: 0 done, 1 the topology could not be read or written, 2 bad usage.
+//
+// `tutti-topo --read-apart` (not for people) is the reader loadXml runs in
+// a process with threads (topology/xml_guard.h): it loads the XML on its
+// standard input and exits kReadApartLoaded or kReadApartRefused, silently;
+// a crash of hwloc ends it instead.
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "topology/topology.h"
+#include "topology/xml_guard.h"
 
 namespace {
 
@@ -32,6 +38,9 @@ int usageError(const std::string& msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], tutti::topo::kReadApartFlag) == 0)
+    return tutti::topo::loadXmlHere("/proc/self/fd/0").isOk() ? tutti::topo::kReadApartLoaded
+                                                               : tutti::topo::kReadApartRefused;
   std::string load, dump;
   bool json = false;
   for (int i = 1; i < argc; ++i) {

@@ -1,9 +1,11 @@
 #include "topology/xml_guard.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <hwloc.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,9 +17,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
+#include "base/params.h"
 #include "base/thread.h"
 
 namespace tutti::topo {
@@ -312,18 +316,67 @@ std::optional<std::string> withoutMemattrs(const std::string& text) {
   return out;
 }
 
-// hwloc 2.9 crashes (SIGSEGV, SIGABRT) on malformed files of more kinds
-// than the patterns above know: a crash in a child is the file's error, not
-// the process's death.
-std::optional<std::string> hwlocCrashesInChild(const std::string& path, const std::string* text) {
-  // Only where fork is safe: a child of a process with other threads may
-  // hang on a lock one of them held (seen under ASan: a communicator's init
-  // with ranks as threads). There the patterns are all we check.
-  if (base::threadCount() != 1) return std::nullopt;
+namespace {
+
+// How long the reader apart may take before its silence is the file's error.
+constexpr auto kReaderLimit = std::chrono::seconds(30);
+
+// What the reading process's end says of the file.
+std::optional<std::string> verdictOf(int status, const std::string& reader) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kReadApartLoaded) return std::nullopt;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kReadApartRefused)
+    return std::nullopt;  // refused: the caller reads it and says why
+  if (!WIFSIGNALED(status))
+    return fmt::format(
+        "malformed: hwloc failed reading it (exit status {} of the reading process, {}; a "
+        "sanitizer's report of a crash ends so)",
+        WIFEXITED(status) ? WEXITSTATUS(status) : -1, reader);
+  return fmt::format(
+      "malformed: hwloc crashed reading it ({} in the reading process, {}; a bug of this hwloc, "
+      "which later releases refuse such files)",
+      strsignal(WTERMSIG(status)), reader);
+}
+
+// Waits for `pid` at most kReaderLimit; its verdict, or nothing when it is
+// not ours to wait for (SIGCHLD ignored).
+std::optional<std::string> awaitReader(pid_t pid, const std::string& reader, bool* waited) {
+  const auto until = std::chrono::steady_clock::now() + kReaderLimit;
+  int status = 0;
+  *waited = false;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= until) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      *waited = true;
+      return fmt::format("hwloc did not finish reading it in {} s ({})", kReaderLimit.count(),
+                         reader);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  *waited = true;
+  return verdictOf(status, reader);
+}
+
+// In a process with one thread: a fork whose child runs `readHere`.
+std::optional<std::string> readInFork(const std::function<bool()>& readHere, bool* read) {
+  const int devNull = open("/dev/null", O_RDWR | O_CLOEXEC);
   fflush(nullptr);
   pid_t pid = fork();
-  if (pid < 0) return std::nullopt;  // no child: read it here, as before
+  if (pid < 0) {
+    if (devNull >= 0) close(devNull);
+    return std::nullopt;
+  }
   if (pid == 0) {
+    // Silent: what hwloc says of a file it refuses, the caller's own read
+    // says again; of one it crashes on, the verdict says.
+    if (devNull >= 0) {
+      dup2(devNull, STDOUT_FILENO);
+      dup2(devNull, STDERR_FILENO);
+    }
     // Die of the signal, whatever handlers the process installed (a
     // sanitizer's or a fuzzer's would turn the crash into an exit status,
     // or a report of their own): the kernel's sigaction, not libc's, which
@@ -336,38 +389,83 @@ std::optional<std::string> hwlocCrashesInChild(const std::string& path, const st
     } dfl{SIG_DFL, 0, nullptr, 0};
     for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
       syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0) _exit(3);
-    const int set = text ? hwloc_topology_set_xmlbuffer(t, text->data(),
-                                                        static_cast<int>(text->size()) + 1)
-                         : hwloc_topology_set_xml(t, path.c_str());
-    if (set != 0) _exit(3);
-    _exit(hwloc_topology_load(t) == 0 ? 0 : 3);  // no destroy, no atexit: nothing to tidy
+    _exit(readHere() ? kReadApartLoaded : kReadApartRefused);  // no atexit: nothing to tidy
   }
-  constexpr auto kLimit = std::chrono::seconds(30);
-  const auto until = std::chrono::steady_clock::now() + kLimit;
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) break;
-    if (r < 0 && errno != EINTR) return std::nullopt;
-    if (std::chrono::steady_clock::now() >= until) {
-      kill(pid, SIGKILL);
-      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      return fmt::format("hwloc did not finish reading it in {} s", kLimit.count());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (devNull >= 0) close(devNull);
+  return awaitReader(pid, "a child of this process", read);
+}
+
+// In a process with threads: the reader program, with the file as its
+// standard input. Nothing (and *read false) when there is none to run.
+std::optional<std::string> readInProgram(const std::string& path, bool* read) {
+  *read = false;
+  const std::string program = readerProgram();
+  if (program.empty()) return std::nullopt;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // the caller's own open says why
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fd, STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  // No signal blocked or ignored in it (the caller's thread may block
+  // some): a crash there ends it by its signal.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  // The environment but LD_PRELOAD (the program links tutti itself; a
+  // preloaded libnccl.so.2 would interpose on it).
+  std::vector<char*> env;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) env.push_back(*e);
+  env.push_back(nullptr);
+  std::string arg0 = program, arg1 = kReadApartFlag;
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  pid_t pid = -1;
+  const int err = posix_spawn(&pid, program.c_str(), &actions, &attr, argv, env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(fd);
+  if (err != 0) return std::nullopt;
+  return awaitReader(pid, program, read);
+}
+
+}  // namespace
+
+std::string readerProgram() {
+  auto runnable = [](const std::string& p) { return !p.empty() && access(p.c_str(), X_OK) == 0; };
+  if (auto env = params::get("TUTTI_TOPO_READER"); env && !env->empty())
+    return runnable(*env) ? *env : std::string();
+#ifdef TUTTI_TOPO_READER_BUILT
+  if (runnable(TUTTI_TOPO_READER_BUILT)) return TUTTI_TOPO_READER_BUILT;
+#endif
+#ifdef TUTTI_TOPO_READER_INSTALLED
+  if (runnable(TUTTI_TOPO_READER_INSTALLED)) return TUTTI_TOPO_READER_INSTALLED;
+#endif
+  return {};
+}
+
+std::optional<std::string> hwlocCrashesApart(const std::string& path,
+                                             const std::function<bool()>& readHere,
+                                             ReadApart* how) {
+  bool read = false;
+  std::optional<std::string> verdict;
+  ReadApart way = ReadApart::kNone;
+  if (base::threadCount() == 1) {
+    verdict = readInFork(readHere, &read);
+    if (read) way = ReadApart::kChild;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::nullopt;  // it loads
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) return std::nullopt;  // refused: say why below
-  if (!WIFSIGNALED(status))
-    return fmt::format("malformed: hwloc failed reading it (exit status {} of the reading process)",
-                       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-  return fmt::format(
-      "malformed: hwloc crashed reading it ({}; a bug of this hwloc, which later releases "
-      "refuse such files)",
-      strsignal(WTERMSIG(status)));
+  if (!read) {
+    verdict = readInProgram(path, &read);
+    way = read ? ReadApart::kProgram : ReadApart::kNone;
+  }
+  if (how) *how = way;
+  return read ? verdict : std::nullopt;
 }
 
 }  // namespace tutti::topo

@@ -29,18 +29,27 @@
 //   hwloc_topology_dup puts it in the root's place, and a memory root
 //   without memory children is removed as empty, then dereferenced
 //   ("Topology became empty" again).
-// Pure (no I/O); files hwloc wrote never match. These patterns are all that
-// guards a process with threads (a framework's, a communicator's init).
+// Pure (no I/O); files hwloc wrote never match. They are the first filter
+// (cheap, and their reason is precise); the reader apart below catches what
+// they miss.
 //
-// hwlocCrashesInChild(path), for crashes of kinds no pattern knows yet: in a
-// single-threaded process (`tutti-topo --load`, a program's first init), a
-// child process reads the file with hwloc first, and says why when hwloc
-// crashed or hung there; nothing when it read or refused the file, and
-// nothing in a process with threads (a child of one may hang on a lock
-// another thread held) or when fork fails. The caller holds an hwloc
-// topology, so hwloc's components are loaded and the child opens no library.
+// hwlocCrashesApart(path, readHere), for crashes of kinds no pattern knows
+// yet: another process reads the file with hwloc first, as loadXml would,
+// and this says why when hwloc crashed or hung there; nothing when it read or
+// refused the file (the caller then reads it itself and says why it refused).
+// - In a process with one thread (`tutti-topo --load`, a program's first
+//   init, the fuzzer): a forked child runs `readHere` (the whole of loadXml,
+//   reading back and freeing included), then exits kReadApartLoaded or
+//   kReadApartRefused.
+// - In a process with threads, where a forked child could hang on a lock
+//   another thread held (seen under ASan: a communicator's init with ranks
+//   as threads): readerProgram() run as `PROGRAM --read-apart` with the file
+//   as its standard input (tutti-topo does that: topo::loadXmlHere).
+// - No process to read it (fork or posix_spawn failed, no reader program):
+//   nothing, and the patterns are all that guards it. `*how` says which ran.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -48,9 +57,22 @@ namespace tutti::topo {
 
 std::optional<std::string> hwlocCrashReason(const std::string& text);
 
-// With `text`, the child reads that instead of the file (named by `path`).
-std::optional<std::string> hwlocCrashesInChild(const std::string& path,
-                                               const std::string* text = nullptr);
+enum class ReadApart { kNone, kChild, kProgram };
+std::optional<std::string> hwlocCrashesApart(const std::string& path,
+                                             const std::function<bool()>& readHere,
+                                             ReadApart* how = nullptr);
+
+// The reading process's exit status: the file loaded, or hwloc (or tutti's
+// checks) refused it.
+constexpr int kReadApartLoaded = 0;
+constexpr int kReadApartRefused = 3;
+constexpr const char* kReadApartFlag = "--read-apart";
+
+// The program that reads files apart in a process with threads: the
+// TUTTI_TOPO_READER variable (a path; empty when that is not executable),
+// else the tutti-topo this library was built with, else the one installed
+// with it; empty when none is there.
+std::string readerProgram();
 
 // `text` without its <memattr> elements (memory attributes, which tutti does
 // not use), or nothing when it has none. hwloc 2.9 takes a memory attribute

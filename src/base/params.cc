@@ -272,6 +272,8 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_TEST_THROTTLE", false, Effect::kHonoured, "testing: throttle one channel"},
     {"TUTTI_TOPO_FILE", false, Effect::kHonoured, "hwloc XML topology instead of discovery"},
     {"TUTTI_TOPO_DUMP_FILE", false, Effect::kHonoured, "write the topology as hwloc XML"},
+    {"TUTTI_TOPO_READER", false, Effect::kHonoured,
+     "the program that reads a topology file first in a process with threads"},
     {"TUTTI_BOOTSTRAP_SECRET", false, Effect::kHonoured,
      "with NCCL_COMM_ID: the secret every connection's key is derived from"},
     {"TUTTI_BOOTSTRAP_SECRET_FILE", false, Effect::kHonoured,

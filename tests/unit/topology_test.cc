@@ -12,11 +12,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -479,10 +483,9 @@ TEST_F(TopologyXml, MemoryAttributesAreLeftOut) {
 }
 
 // Every input on which fuzzing saw hwloc crash is kept in the fuzz corpus
-// as hwloc_crash_*.xml, and each is refused by the patterns alone: a process
-// with threads (where no child reads the file first) never hands it to
-// hwloc. The corpus replay (fuzz.replay.topology_xml) runs single-threaded,
-// where the child would hide a missing pattern.
+// as hwloc_crash_*.xml, and each is refused by the patterns alone, with
+// their precise reason, before any process reads it (the reader apart
+// catches the rest: hwloc_unpatterned_crash_*.xml, below).
 TEST_F(TopologyXml, EveryCrashFoundByFuzzingIsRefusedByThePatterns) {
   std::string dir = fixturePath();
   dir = dir.substr(0, dir.find("/unit/data/")) + "/fuzz/corpus/topology_xml";
@@ -496,22 +499,140 @@ TEST_F(TopologyXml, EveryCrashFoundByFuzzingIsRefusedByThePatterns) {
   EXPECT_GE(crashes, 3) << "no hwloc_crash_* inputs in " << dir;
 }
 
-// A crash of hwloc that no pattern knows is the file's error where a child
-// can read the file first: the file above ("Topology became empty") handed
-// to the child directly, past the patterns.
-TEST_F(TopologyXml, ChildReadsTheFileFirstInASingleThreadedProcess) {
+// Every input on which fuzzing saw hwloc crash though the patterns let it
+// through (hwloc_unpatterned_crash_*.xml: a double free in
+// hwloc_bitmap_zero, a NULL in hwloc_bitmap_or) is refused by loadXml,
+// whichever process reads it first: a forked child in a process with one
+// thread, the reader program (tutti-topo --read-apart) in a process with
+// threads.
+std::vector<std::string> unpatternedCrashes() {
+  std::string dir = fixturePath();
+  dir = dir.substr(0, dir.find("/unit/data/")) + "/fuzz/corpus/topology_xml";
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().rfind("hwloc_unpatterned_crash_", 0) == 0)
+      files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// A thread that lives while the test reads, so that the process has threads.
+struct BusyThread {
+  std::atomic<bool> stop{false};
+  std::thread t{[this] {
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }};
+  ~BusyThread() {
+    stop = true;
+    t.join();
+  }
+};
+
+// hwloc alone reading `path`, past tutti's patterns.
+bool hwlocLoads(const std::string& path) {
+  hwloc_topology_t t;
+  if (hwloc_topology_init(&t) != 0) return false;
+  const bool ok = hwloc_topology_set_xml(t, path.c_str()) == 0 && hwloc_topology_load(t) == 0;
+  hwloc_topology_destroy(t);
+  return ok;
+}
+
+void expectCrashSeenApart(const std::string& file, const std::function<bool()>& readHere,
+                          ReadApart expected) {
+  ReadApart how = ReadApart::kNone;
+  auto why = hwlocCrashesApart(file, readHere, &how);
+  EXPECT_EQ(how, expected) << file;
+  ASSERT_TRUE(why.has_value()) << file;
+  // A sanitizer turns the crash into its report and an exit status.
+  EXPECT_TRUE(why->find("hwloc crashed reading it") != std::string::npos ||
+              why->find("hwloc failed reading it") != std::string::npos)
+      << *why;
+}
+
+void expectRefusedAsCrash(const std::string& file, ReadApart expected) {
+  expectCrashSeenApart(file, [&] { return loadXmlHere(file).isOk(); }, expected);
+  auto r = loadXml(file);
+  ASSERT_FALSE(r.isOk()) << file;
+  EXPECT_NE(r.status().message().find("malformed: hwloc"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(TopologyXml, CrashesNoPatternKnowsAreRefusedInAChild) {
+  if (tutti::base::threadCount() != 1 || !hwlocReadsAnyXml())
+    GTEST_SKIP() << "needs a single-threaded process and hwloc's libxml2 reader";
   std::string fuzzed = fixturePath();
   fuzzed = fuzzed.substr(0, fuzzed.find("/unit/data/")) +
            "/fuzz/corpus/topology_xml/hwloc_crash_topology_became_empty.xml";
-  // A sanitizer's runtime may add a thread of its own; hwloc's minimal
-  // parser (HWLOC_LIBXML=0) refuses the file instead of crashing.
-  if (tutti::base::threadCount() != 1 || !hwlocReadsAnyXml())
-    GTEST_SKIP() << "needs a single-threaded process and hwloc's libxml2 reader";
-  auto why = hwlocCrashesInChild(fuzzed);
-  ASSERT_TRUE(why.has_value());
-  EXPECT_NE(why->find("hwloc crashed reading it"), std::string::npos) << *why;
+  auto files = unpatternedCrashes();
+  ASSERT_GE(files.size(), 2u);
+  for (const auto& f : files) expectRefusedAsCrash(f, ReadApart::kChild);
+  // A crash the patterns know ("Topology became empty"), handed to hwloc in
+  // the child past them.
+  expectCrashSeenApart(fuzzed, [&] { return hwlocLoads(fuzzed); }, ReadApart::kChild);
   // A file hwloc reads: nothing to say.
-  EXPECT_FALSE(hwlocCrashesInChild(fixturePath()).has_value());
+  ReadApart how = ReadApart::kNone;
+  EXPECT_FALSE(
+      hwlocCrashesApart(fixturePath(), [&] { return loadXmlHere(fixturePath()).isOk(); }, &how)
+          .has_value());
+  EXPECT_EQ(how, ReadApart::kChild);
+}
+
+TEST_F(TopologyXml, CrashesNoPatternKnowsAreRefusedByTheReaderProgramInAProcessWithThreads) {
+  if (!hwlocReadsAnyXml()) GTEST_SKIP() << "needs hwloc's libxml2 reader";
+  ASSERT_FALSE(readerProgram().empty())
+      << "no reader program: build tutti-topo (this build's, or TUTTI_TOPO_READER)";
+  BusyThread busy;
+  ASSERT_GT(tutti::base::threadCount(), 1);
+  auto files = unpatternedCrashes();
+  ASSERT_GE(files.size(), 2u);
+  for (const auto& f : files) expectRefusedAsCrash(f, ReadApart::kProgram);
+  // A file hwloc reads loads, read by the program first; one it refuses
+  // is refused with its own reason, not as a crash.
+  ReadApart how = ReadApart::kNone;
+  EXPECT_FALSE(
+      hwlocCrashesApart(fixturePath(), [] { return false; }, &how).has_value());
+  EXPECT_EQ(how, ReadApart::kProgram);
+  auto r = loadXml(fixturePath());
+  EXPECT_TRUE(r.isOk()) << r.status().message();
+  const std::string notXml = tempPath("not_topology.xml");
+  { std::ofstream(notXml) << "<topology version=\"2.0\"></topology>\n"; }
+  auto bad = loadXml(notXml);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message().find("malformed: hwloc crashed"), std::string::npos)
+      << bad.status().message();
+  EXPECT_FALSE(hwlocCrashesApart(notXml, [] { return true; }, &how).has_value());
+  EXPECT_EQ(how, ReadApart::kProgram);
+  std::remove(notXml.c_str());
+}
+
+// TUTTI_TOPO_READER names the reader program; one that is not there means
+// none (a process with threads then has the patterns only), not a failure.
+TEST_F(TopologyXml, ReaderProgramComesFromTuttiTopoReader) {
+  const char* old = std::getenv("TUTTI_TOPO_READER");
+  const std::string saved = old ? old : "";
+  setenv("TUTTI_TOPO_READER", "/nonexistent/tutti-topo", 1);
+  EXPECT_EQ(readerProgram(), "");
+  {
+    BusyThread busy;
+    ReadApart how = ReadApart::kChild;
+    EXPECT_FALSE(
+        hwlocCrashesApart(fixturePath(), [] { return true; }, &how).has_value());
+    EXPECT_EQ(how, ReadApart::kNone);
+    if (hwlocReadsAnyXml()) EXPECT_TRUE(loadXml(fixturePath()).isOk());
+  }
+  setenv("TUTTI_TOPO_READER", "/bin/false", 1);  // runs, and fails every file
+  EXPECT_EQ(readerProgram(), "/bin/false");
+  {
+    BusyThread busy;
+    auto why = hwlocCrashesApart(fixturePath(), [] { return true; });
+    ASSERT_TRUE(why.has_value());
+    EXPECT_NE(why->find("exit status 1 of the reading process, /bin/false"), std::string::npos)
+        << *why;
+  }
+  if (old)
+    setenv("TUTTI_TOPO_READER", saved.c_str(), 1);
+  else
+    unsetenv("TUTTI_TOPO_READER");
 }
 
 // With hwloc's libxml2 reader the fixture loads; without it (run by ctest
