@@ -712,6 +712,11 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
   return st;
 }
 
+bool Bootstrap::connectedTo(int peer) {
+  std::lock_guard<std::mutex> lk(sendMu_);
+  return out_.count(peer) != 0;
+}
+
 Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
   return recvUntil(peer, tag, deadline(), abortFlag_);
 }

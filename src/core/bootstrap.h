@@ -144,6 +144,9 @@ class Bootstrap : public transport::ControlChannel {
   // send() with its own deadline (best-effort notices to peers that may be gone).
   Status sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
                    net::Clock::time_point deadline);
+  // Whether this rank holds a connection to `peer` (a send then costs no
+  // connection, only the write).
+  bool connectedTo(int peer);
   // data holds nranks blocks of `bytes`; this rank's block must be filled.
   Status allGather(void* data, size_t bytes);
   Status barrier();

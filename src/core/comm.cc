@@ -17,6 +17,7 @@
 #include "core/plugins.h"
 #include "topology/topology.h"
 #include "transports/ncclnet/nccl_net.h"
+#include "transports/shm/shm_arena.h"
 #include "transports/net_stream.h"
 
 namespace tutti::core {
@@ -776,13 +777,31 @@ namespace tutti::core {
 void Comm::noticeFailure(const Status& cause) {
   if (!bootstrap_) return;
   std::string text = cause.message();
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::seconds(1);
   // Every peer, connected or not: one that is not may be about to connect
   // to this rank for its next operation, and would wait for the handshake
   // until its deadline (Bootstrap::recvUntil ends such waits on a notice).
-  for (int p = 0; p < nranks_; ++p)
-    if (p != rank_)
-      (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
+  // First the peers this rank holds a connection to (the notice leaves at
+  // once), then the others, each given at most kConnectFor: a dead peer's
+  // refused connection must not use up the time the live ones need (their
+  // waits for this notice are short: explainPeerFailure). A peer on this
+  // host whose process is gone gets none.
+  constexpr auto kConnectFor = std::chrono::milliseconds(200);
+  std::vector<int> unconnected;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    if (!bootstrap_->connectedTo(p)) {
+      unconnected.push_back(p);
+      continue;
+    }
+    (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
+  }
+  for (int p : unconnected) {
+    if (sameHost(p) && transport::shm::processDead(static_cast<pid_t>(peer(p).pid))) continue;
+    const auto by = std::min(deadline, std::chrono::steady_clock::now() + kConnectFor);
+    (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), by);
+  }
 }
 
 Status Comm::peerAbortedError(int peer, std::string_view detail, Code code) const {
