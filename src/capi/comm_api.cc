@@ -212,17 +212,25 @@ TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, in
 }
 TUTTI_PNCCL(ncclCommShrink)
 
+TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return guard("ncclCommRevoke", [&]() -> ncclResult_t {
+    if (ncclResult_t rc = checkComm(comm, "ncclCommRevoke", true, true); rc != ncclSuccess) return rc;
+    return fromStatus(comm->impl()->revoke(revokeFlags).withContext("ncclCommRevoke"), comm);
+  });
+}
+TUTTI_PNCCL(ncclCommRevoke)
+
 TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", [&] {
     ncclResult_t rc = checkComm(comm, "ncclCommFinalize", false);
     if (rc != ncclSuccess) return rc;
-    // Operations on the host path have completed when their call returned;
-    // those on the engine (device streams, a non-blocking communicator) may
-    // still run: a blocking communicator waits for them here, a non-blocking
-    // one answers ncclInProgress until they have ended
-    // (ncclCommGetAsyncError).
-    comm->finalized = true;
+    // Engine work (device streams, non-blocking calls) may still run: a
+    // blocking communicator waits for it, a non-blocking one answers
+    // ncclInProgress until it has ended (ncclCommGetAsyncError).
     core::Comm* impl = comm->impl();
+    if (impl && impl->revoked())
+      return fromStatus(core::Comm::revokedError().withContext("ncclCommFinalize"), comm);
+    comm->finalized = true;
     if (!impl) return ncclSuccess;  // not (yet) created: nothing runs
     if (!comm->blocking()) return impl->engineBusy() ? ncclInProgress : ncclSuccess;
     impl->drainEngine();

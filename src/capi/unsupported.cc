@@ -61,14 +61,6 @@ ncclResult_t notSupported(const char* fn, ncclComm_t comm = nullptr) noexcept {
 
 }  // namespace
 
-// ---- Communicator management ------------------------------------------------------
-
-// Not supported (ncclCommAbort stops a communicator; ncclCommShrink drops ranks).
-TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int /*revokeFlags*/) {
-  return notSupported("ncclCommRevoke", comm);
-}
-TUTTI_PNCCL(ncclCommRevoke)
-
 // ---- Symmetric memory windows ------------------------------------------------------
 
 // Not supported; *win is set to NULL.

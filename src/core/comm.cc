@@ -428,6 +428,30 @@ bool Comm::engineBusy() const {
 Status Comm::usable() const {
   if (asyncErrorCode() != 0) return error().withContext("communicator is in error state after");
   if (aborted()) return invalidUsage("communicator was aborted");
+  if (revoked()) return revokedError();
+  return Status::ok();
+}
+
+Status Comm::revokedError() {
+  return invalidUsage(
+      "communicator was revoked (ncclCommRevoke): only ncclCommDestroy, ncclCommAbort, "
+      "ncclCommSplit and ncclCommShrink may follow");
+}
+
+Status Comm::revoke(int flags) {
+  if (flags != NCCL_REVOKE_DEFAULT)
+    return invalidArgument(
+        fmt::format("invalid revokeFlags {} (must be NCCL_REVOKE_DEFAULT, 0)", flags));
+  if (revoked_.exchange(true)) return Status::ok();  // revoked before
+  // An operation running on another thread sees the flag at its next step;
+  // one asleep on this rank's doorbell is woken.
+  if (Engine* e = engineSeen_.load(std::memory_order_acquire)) e->interrupt();
+  if (oneShot_) {
+    oneShot_->markFailed();  // local peers waiting on this rank look for the notice
+    oneShot_->wake();
+  }
+  noticeFailure(invalidUsage(fmt::format("rank {} revoked the communicator (ncclCommRevoke)", rank_)));
+  drainEngine();
   return Status::ok();
 }
 
@@ -732,7 +756,8 @@ void Comm::abort() {
 
 void Comm::setError(const Status& st) {
   std::lock_guard<std::mutex> lk(errMu_);
-  if (error_.isOk() && !st.isOk()) {
+  // After a revoke, what fails fails because of it: not an error state.
+  if (error_.isOk() && !st.isOk() && !revoked()) {
     error_ = st;
     asyncError_.store(static_cast<int>(st.code()));
     if (oneShot_) oneShot_->markFailed();

@@ -205,6 +205,16 @@ class Comm {
   // so that what its engine still holds ends at once; NCCL_SHRINK_DEFAULT:
   // that work runs to its end. Works on a communicator in error state.
   Result<SplitPlan> shrink(const int* exclude, int count, int flags);
+  // ncclCommRevoke: every operation of this communicator, running (on any
+  // thread), queued on the engine or called later, fails at once with
+  // "revoked"; the peers are told (a failure notice, and the node arena's
+  // state), so that none of them is left waiting on this rank. Returns when
+  // the engine is idle. What may follow: destroy, abort, split, shrink.
+  // Not an error state: ncclCommGetAsyncError answers ncclSuccess once the
+  // engine is idle (NCCL's contract), unless an error came first. `flags`
+  // must be NCCL_REVOKE_DEFAULT.
+  Status revoke(int flags);
+  bool revoked() const { return revoked_.load(std::memory_order_relaxed); }
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -230,6 +240,8 @@ class Comm {
   Status error() const;
   // Ok while operations may run: not in error state, not aborted.
   Status usable() const;
+  // The error of every operation of a revoked communicator.
+  static Status revokedError();
   int asyncErrorCode() const { return asyncError_.load(); }
 
   size_t chunkBytes() const { return chunkBytes_; }
@@ -348,6 +360,7 @@ class Comm {
   int throttledChannel_ = -1, throttleUs_ = 0;
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag
+  std::atomic<bool> revoked_{false};    // revoke()
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};

@@ -392,6 +392,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
   Channel& chan = c_->channel(p.peer, ch);
   for (;;) {
     if (c_->aborted()) return abortedError();
+    if (c_->revoked()) return Comm::revokedError();
     if (o.send < 0) {
       if (p.ready.empty()) return Status::ok();
       if (ch != 0) {
@@ -527,6 +528,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
   RecvState& rx = chan.rx;
   for (;;) {
     if (c_->aborted()) return abortedError();
+    if (c_->revoked()) return Comm::revokedError();
     if (!rx.haveHeader) {
       // Never read past this operation's last message: the peer may have
       // left already, and the next operation's bytes belong to the next run.
@@ -637,6 +639,7 @@ Status Run::pass(bool* progress, bool alone) {
   // send and receive loops look again before each message: over TCP one pass
   // could move tens of MiB (up to 50 ms here between passes).
   if (c_->aborted()) return abortedError();
+  if (c_->revoked()) return Comm::revokedError();
   while (smallNext_ < w_->small.size()) {
     OneShotOp& op = w_->small[smallNext_];
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->progress(op, progress));

@@ -477,6 +477,7 @@ void OneShot::complete(OneShotOp& op) {
 
 Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
   if (comm_->aborted()) return invalidUsage("communicator aborted");
+  if (comm_->revoked()) return Comm::revokedError();
   // Whom this rank waits for: everyone's progress before posting (slot
   // reuse), then the ranks whose data it needs.
   const int cls = op.seq ? op.cls : classOf(op);
@@ -596,6 +597,7 @@ Status OneShot::run(OneShotOp& op) {
     }
     if (st) {
       if (comm_->aborted()) st = invalidUsage("communicator aborted");
+      if (st && comm_->revoked()) st = Comm::revokedError();
       if (st && backoff.pastSpin() && (backoff.napping() || (backoff.idleIters() & 15) == 0)) {
         auto idle = backoff.idleFor();
         // The full check every 100 ms, or at once when a peer's state says

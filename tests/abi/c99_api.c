@@ -76,7 +76,9 @@ int main(void) {
     why = ncclGetLastError(NULL);
     EXPECT(why != NULL && strstr(why, "ncclCommWindowRegister") != NULL &&
            strstr(why, "not supported by tutti yet") != NULL);
-    EXPECT(pncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT) == ncclInvalidUsage);
+    EXPECT(pncclCommWindowDeregister(NULL, NULL) == ncclInvalidUsage);
+    /* Implemented now: a NULL communicator is an argument error. */
+    EXPECT(pncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT) == ncclInvalidArgument);
   }
 
   /* ncclResetDebugInit works (deprecated, as in NVIDIA's header). */
