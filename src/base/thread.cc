@@ -1,6 +1,7 @@
 #include "base/thread.h"
 
 #include <pthread.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cerrno>
@@ -23,6 +24,20 @@ int threadCount() {
   while (std::getline(status, line))
     if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
   return 0;
+}
+
+bool processDead(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "r");
+  if (!f) return false;  // no procfs: rely on kill() alone
+  char buf[512];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* paren = strrchr(buf, ')');  // the command name may contain spaces
+  return paren && (paren[1] == ' ') && (paren[2] == 'Z' || paren[2] == 'X');
 }
 namespace {
 

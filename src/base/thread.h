@@ -21,6 +21,8 @@
 // exported from libtutti.so: programs cannot reach it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <thread>
 
@@ -34,6 +36,11 @@ void setThreadFaultForTesting(const char* fault);
 // cannot be read. 1 means a fork() child runs without the risk of a lock
 // another thread held (topology/xml_guard.h's child reader).
 int threadCount();
+
+// True when `pid` (a process of this host) no longer runs: gone, or a zombie
+// its parent has not reaped yet (a launcher that reaps late must not hide a
+// dead rank).
+bool processDead(pid_t pid);
 
 namespace thread_detail {
 // Throws when setThreadFaultForTesting named `site` (at `start`, or in the body).

@@ -33,6 +33,9 @@ constexpr size_t kMaxMailboxBytes = size_t{64} << 20;
 // is gone (Bootstrap::sendUntil). Generous: a listener whose backlog is full
 // drops connection requests, and the kernel retries them after 1 s, then 3 s.
 constexpr auto kPeerGoneAfter = std::chrono::seconds(10);
+// How long one connection attempt to a peer on this host lasts before its
+// process is looked at again (Bootstrap::sendUntil).
+constexpr auto kLocalConnectSlice = std::chrono::milliseconds(100);
 
 // TUTTI_INIT_TIMEOUT: how long each rank's init waits for the others, and
 // how long a root waits for its first registration and then for the rest.
@@ -698,11 +701,25 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
     // refused after kPeerGoneAfter means the peer is gone (it left or died):
     // a handshake with it fails then, not at the deadline.
     const auto connectBy = std::min(dl, net::Clock::now() + kPeerGoneAfter);
-    TUTTI_ASSIGN_OR_RETURN(
-        net::Socket sock,
-        net::connectAuthenticated(peerAddr(peer), key(), auth::Purpose::kBootstrapPeer, {rank_, 0},
-                                  {peer, 0}, connectBy, abortFlag_, what));
-    s = &out_.emplace(peer, std::move(sock)).first->second;
+    // A peer on this host is tried in slices, and its process looked at
+    // between them: one that died is gone at once, not after kPeerGoneAfter
+    // (a rank connecting lazily to a peer just killed).
+    const bool local = peers_[peer].hostId == peers_[rank_].hostId && peers_[peer].pid > 0;
+    for (;;) {
+      const auto until =
+          local ? std::min(connectBy, net::Clock::now() + kLocalConnectSlice) : connectBy;
+      auto sock = net::connectAuthenticated(peerAddr(peer), key(), auth::Purpose::kBootstrapPeer,
+                                            {rank_, 0}, {peer, 0}, until, abortFlag_, what);
+      if (sock) {
+        s = &out_.emplace(peer, std::move(*sock)).first->second;
+        break;
+      }
+      // Failed before its slice ended (a wrong key, an abort), or out of time.
+      if (net::Clock::now() < until || until >= connectBy) return sock.status();
+      if (base::processDead(static_cast<pid_t>(peers_[peer].pid)))
+        return remoteError(fmt::format("{} is gone: its process (pid {}) no longer exists", what,
+                                       peers_[peer].pid));
+    }
   }
   FrameHeader hdr{kFrameMagic, 0, tag, bytes};
   std::string what = "rank " + std::to_string(peer);

@@ -11,13 +11,13 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "base/thread.h"
 #include "core/device_ipc.h"
 #include "core/engine.h"
 #include "core/link_probe.h"
 #include "core/plugins.h"
 #include "topology/topology.h"
 #include "transports/ncclnet/nccl_net.h"
-#include "transports/shm/shm_arena.h"
 #include "transports/net_stream.h"
 
 namespace tutti::core {
@@ -823,7 +823,7 @@ void Comm::noticeFailure(const Status& cause) {
     (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), deadline);
   }
   for (int p : unconnected) {
-    if (sameHost(p) && transport::shm::processDead(static_cast<pid_t>(peer(p).pid))) continue;
+    if (sameHost(p) && base::processDead(static_cast<pid_t>(peer(p).pid))) continue;
     const auto by = std::min(deadline, std::chrono::steady_clock::now() + kConnectFor);
     (void)bootstrap_->sendUntil(p, kFailureNoticeTag, text.data(), text.size(), by);
   }

@@ -8,6 +8,7 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
+#include "base/thread.h"
 #include "base/tsan.h"
 #include "core/comm.h"
 #include "topology/topology.h"
@@ -537,7 +538,7 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
           "operation {}): the ranks called collectives in a different order or number",
           comm_->describePeer(q), what, seq));
     }
-    if (transport::shm::processDead(static_cast<pid_t>(comm_->peer(q).pid)) && stillWaiting(q)) {
+    if (base::processDead(static_cast<pid_t>(comm_->peer(q).pid)) && stillWaiting(q)) {
       return remoteError(
           fmt::format("{} is gone: its process no longer exists (seen from rank {} "
                       "waiting in {}, one-shot path)",

@@ -48,20 +48,6 @@ size_t perRankBytes(size_t slotBytes) {
 
 }  // namespace
 
-bool processDead(pid_t pid) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  FILE* f = fopen(path, "r");
-  if (!f) return false;  // no procfs: rely on kill() alone
-  char buf[512];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  const char* paren = strrchr(buf, ')');  // the command name may contain spaces
-  return paren && (paren[1] == ' ') && (paren[2] == 'Z' || paren[2] == 'X');
-}
-
 size_t ArenaSegment::segmentBytes(int nranks, size_t slotBytes) {
   return roundUp(slotsOffset(nranks) + static_cast<size_t>(nranks) * perRankBytes(slotBytes),
                  kPage);

@@ -46,9 +46,6 @@
 
 namespace tutti::transport::shm {
 
-// True when `pid` no longer runs: gone, or a zombie its parent has not reaped
-// yet (a launcher that reaps late must not hide a dead rank).
-bool processDead(pid_t pid);
 
 class ArenaSegment {
  public:

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "base/log.h"
+#include "base/thread.h"
 #include "transports/handshake_util.h"
 #include "transports/shm/shm_arena.h"
 
@@ -287,7 +288,7 @@ Status ShmConnection::checkAlive() {
   if (aborted_.load(std::memory_order_relaxed)) return abortedError();
   if (peerClosed()) return closedError();
   const int64_t pid = hdr_->pid[1 - side_].load(std::memory_order_acquire);
-  if (pid > 0 && processDead(static_cast<pid_t>(pid))) {
+  if (pid > 0 && base::processDead(static_cast<pid_t>(pid))) {
     return remoteError(fmt::format(
         "SHM: rank {} (pid {}) is gone: its process no longer exists (seen from rank {})", peer_,
         pid, rank_));
