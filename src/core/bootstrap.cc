@@ -784,7 +784,7 @@ Status Bootstrap::allGather(void* data, size_t bytes) {
   for (int step = 0; step < nranks_ - 1; ++step) {
     int sendBlock = (rank_ - step + nranks_) % nranks_;
     int recvBlock = (rank_ - step - 1 + nranks_) % nranks_;
-    uint64_t tag = (1ull << 63) | (seq << 20) | static_cast<uint64_t>(step);
+    uint64_t tag = kCollectiveTagBase | (seq << 20) | static_cast<uint64_t>(step);
     TUTTI_RETURN_IF_ERROR(send(next, tag, base + sendBlock * bytes, bytes));
     TUTTI_ASSIGN_OR_RETURN(auto got, recv(prev, tag));
     if (got.size() != bytes) return internalError("bootstrap allGather: size mismatch");

@@ -117,6 +117,13 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 Status createFreshId(uint8_t out[kUniqueIdBytes]);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
 
+// The families of bootstrap tags, by their top four bits: allGather and
+// barrier (1xxx), data-connection handshakes (01xx but the failure notice),
+// the failure notice (0101), a split's exchange (0011) and a shrink's id
+// (0010); a family's sequence number and step fill the bits below 60.
+inline constexpr uint64_t kCollectiveTagBase = 1ull << 63;  // Bootstrap::allGather, barrier
+inline constexpr uint64_t kSplitTagBase = 3ull << 60;       // Comm::splitExchange
+inline constexpr uint64_t kShrinkTagBase = 2ull << 60;      // Comm::shrink
 // The tag of a failure notice (Comm::noticeFailure): a rank that gave up
 // after an error tells every peer why.
 inline constexpr uint64_t kFailureNoticeTag = 5ull << 60;

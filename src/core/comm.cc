@@ -492,7 +492,7 @@ Result<Comm::SplitPlan> Comm::shrink(const int* exclude, int count, int flags) {
   plan.nranks = static_cast<int>(kept.size());
   plan.rank = static_cast<int>(std::find(kept.begin(), kept.end(), rank_) - kept.begin());
   // Splits and shrinks share the count: every survivor made the same ones.
-  const uint64_t tag = (2ull << 60) | (splitSeq_++ << 20);  // (a split's: 3 << 60)
+  const uint64_t tag = kShrinkTagBase | (splitSeq_++ << 20);
   if (plan.rank == 0) {
     TUTTI_RETURN_IF_ERROR(createFreshId(plan.id));
     for (size_t i = 1; i < kept.size(); ++i)
@@ -560,7 +560,7 @@ Result<Comm::SplitPlan> Comm::splitExchange(int color, int key) {
   for (size_t i = 0; i < mine.size(); ++i)
     if (mine[i].rank == rank_) plan.rank = static_cast<int>(i);
   plan.nranks = static_cast<int>(mine.size());
-  const uint64_t tag = (3ull << 60) | (seq << 20);
+  const uint64_t tag = kSplitTagBase | (seq << 20);
   if (plan.rank == 0) {
     TUTTI_RETURN_IF_ERROR(createFreshId(plan.id));
     for (size_t i = 1; i < mine.size(); ++i)
