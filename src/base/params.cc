@@ -263,6 +263,8 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_POWERSGD_SHARE_MIN_BYTES", false, Effect::kHonoured,
      "smallest PowerSGD matrix whose residual is shared per node"},
     {"TUTTI_TIMEOUT", false, Effect::kHonoured, "seconds without progress before an error"},
+    {"TUTTI_DEBUG_DUMP", false, Effect::kHonoured,
+     "file the flight recorder appends to when a communicator fails"},
     {"TUTTI_NET", false, Effect::kHonoured,
      "the network for peers shared memory does not carry: tcp (ucx, ofi, ibverbs: not in this "
      "build); unset: an NCCL net plugin if one is loaded, else tcp"},

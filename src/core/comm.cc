@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -752,16 +753,61 @@ void Comm::abort() {
     oneShot_->markAborted();
     oneShot_->wake();  // a thread asleep on this rank's doorbell
   }
+  // An abort of a communicator that still waits (a watchdog's, say) is the
+  // moment to say on what.
+  for (const auto& e : recorder_.entries())
+    if (e.state == FlightRecorder::State::kPending) {
+      dumpFlightRecorder("aborted (ncclCommAbort) with an operation pending");
+      break;
+    }
+}
+
+void Comm::dumpFlightRecorder(const std::string& reason) {
+  if (dumped_.exchange(true)) return;  // once per communicator: its first failure
+  FlightDump d;
+  d.commHash = bootstrap_ ? commHash() : 0;
+  d.rank = rank_;
+  d.nranks = nranks_;
+  d.host = bootstrap_ ? bootstrap_->peers()[rank_].hostname : "";
+  d.pid = static_cast<int>(getpid());
+  d.reason = reason;
+  d.waitingOn = waitingOn();
+  d.recorded = recorder_.recorded();
+  d.at = recorder_.now();
+  d.entries = recorder_.entries();
+  const auto lines = dumpLines(d);
+  // The summary at WARN (shown by default); every operation at INFO.
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i < 2)
+      TUTTI_WARN("{}", lines[i]);
+    else
+      TUTTI_INFO(log::kColl, "{}", lines[i]);
+  }
+  const std::string pattern = params::getStr("TUTTI_DEBUG_DUMP", "");
+  if (pattern.empty()) return;
+  const std::string path = dumpPath(pattern, d);
+  const std::string line = dumpJson(d) + "\n";
+  // One write of one line, appended: ranks of one host may share the file.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    TUTTI_WARN("TUTTI_DEBUG_DUMP: cannot write the flight recorder to {}: {}", path,
+               strerror(errno));
+  if (fd >= 0) ::close(fd);
 }
 
 void Comm::setError(const Status& st) {
-  std::lock_guard<std::mutex> lk(errMu_);
   // After a revoke, what fails fails because of it: not an error state.
-  if (error_.isOk() && !st.isOk() && !revoked()) {
-    error_ = st;
-    asyncError_.store(static_cast<int>(st.code()));
-    if (oneShot_) oneShot_->markFailed();
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lk(errMu_);
+    first = error_.isOk() && !st.isOk() && !revoked();
+    if (first) {
+      error_ = st;
+      asyncError_.store(static_cast<int>(st.code()));
+      if (oneShot_) oneShot_->markFailed();
+    }
   }
+  if (first) dumpFlightRecorder(st.message());
 }
 
 Status Comm::error() const {

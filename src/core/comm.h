@@ -33,6 +33,7 @@
 #include "base/status.h"
 #include "core/backend.h"
 #include "core/bootstrap.h"
+#include "core/flight_recorder.h"
 #include "core/link_probe.h"
 #include "core/oneshot.h"
 #include "core/op.h"
@@ -215,6 +216,11 @@ class Comm {
   // must be NCCL_REVOKE_DEFAULT.
   Status revoke(int flags);
   bool revoked() const { return revoked_.load(std::memory_order_relaxed); }
+
+  // The last operations given to this communicator (core/flight_recorder.h),
+  // dumped once, at its first failure or at an abort with one pending.
+  FlightRecorder& recorder() { return recorder_; }
+  void dumpFlightRecorder(const std::string& reason);
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -361,6 +367,8 @@ class Comm {
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag
   std::atomic<bool> revoked_{false};    // revoke()
+  FlightRecorder recorder_;
+  std::atomic<bool> dumped_{false};  // dumpFlightRecorder ran
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};

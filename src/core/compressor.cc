@@ -124,6 +124,7 @@ Status Compressor::sum(const void* send, void* recv, size_t count, int dt, int o
   o.op = op;
   o.stream = stream;
   o.call = comm_->nextCollectiveCall();
+  o.rec = comm_->recorder().record(o);
   o.compress(c);
   return runOne(o).status;
 }

@@ -859,6 +859,7 @@ Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count
   o.root = root;
   o.stream = stream;
   if (coll != Collective::kSend && coll != Collective::kRecv) o.call = comm.nextCollectiveCall();
+  o.rec = comm.recorder().record(o);
   if (coll == Collective::kAllReduce && count > 0) {
     o.wire.format = envCompression(comm, count * dataTypeSize(static_cast<DataType>(dt)), dt, op);
     o.needsScale = o.wire.format == algo::Wire::kHalf;
@@ -866,7 +867,15 @@ Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count
   return o;
 }
 
+static RunResult runOneUnrecorded(const Op& op);
+
 RunResult runOne(const Op& op) {
+  RunResult r = runOneUnrecorded(op);
+  op.comm->recorder().ended(op.rec, r.status.isOk());
+  return r;
+}
+
+static RunResult runOneUnrecorded(const Op& op) {
   Comm& comm = *op.comm;
   log::setThreadRank(comm.rank());
   // (Device backends stage buffers in runGroup.)
@@ -887,7 +896,15 @@ RunResult runOne(const Op& op) {
   return runGroup(one);
 }
 
+static RunResult runGroupUnrecorded(std::vector<Op>& all);
+
 RunResult runGroup(std::vector<Op>& all) {
+  RunResult r = runGroupUnrecorded(all);
+  for (const Op& o : all) o.comm->recorder().ended(o.rec, r.status.isOk());
+  return r;
+}
+
+static RunResult runGroupUnrecorded(std::vector<Op>& all) {
   if (all.empty()) return {};
   // Per communicator in first-use order.
   std::vector<Comm*> comms;

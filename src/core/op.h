@@ -35,6 +35,10 @@ struct Op {
   // rank numbers its calls alike): OpSig::call, which tells a skipped call
   // from a late one.
   uint64_t call = 0;
+  // Its number in the communicator's flight recorder (FlightRecorder::record),
+  // ended there when it has run.
+  static constexpr uint64_t kNotRecorded = ~uint64_t{0};
+  uint64_t rec = kNotRecorded;
   // Compressed all-reduce (float32): wire format, residuals and counter;
   // needsScale: fp16 whose scale exponent all ranks agree on when it runs.
   algo::WireSpec wire{};
