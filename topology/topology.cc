@@ -25,6 +25,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "base/json.h"
 #include "topology/xml_guard.h"
 
 namespace tutti::topo {
@@ -487,38 +488,8 @@ std::string pciLabel(const PciDevice& d) {
   return "PCI";
 }
 
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
-template <typename T, typename F>
-std::string jsonArray(const std::vector<T>& v, F each) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + each(v[i]);
-  return out + "]";
-}
+using base::jsonArray;
+using base::jsonString;
 
 std::string jsonNumber(const std::optional<double>& v) {
   return v ? fmt::format("{:.17g}", *v) : "null";
