@@ -408,6 +408,9 @@ std::optional<std::string> readInProgram(const std::string& path, bool* read) {
   posix_spawn_file_actions_adddup2(&actions, fd, STDIN_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  // Nothing else of this process's (its sockets stay its own: a peer sees
+  // them close when this process closes them, not when the reader ends).
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   // No signal blocked or ignored in it (the caller's thread may block
   // some): a crash there ends it by its signal.
   posix_spawnattr_t attr;
