@@ -23,9 +23,9 @@
 #include <tuple>
 #include <type_traits>
 
+#include "base/json.h"
 #include "base/log.h"
 #include "base/params.h"
-#include "base/json.h"
 #include "topology/xml_guard.h"
 
 namespace tutti::topo {
@@ -670,8 +670,7 @@ static Result<Topology> readXml(const std::string& path, const std::string* buff
   if (set != 0)
     return fail(fmt::format("hwloc refused it ({})", errno ? strerror(errno) : "unknown reason"));
   if (apart)
-    if (auto crashed =
-            hwlocCrashesApart(path, [&path] { return loadXmlImpl(path, false).isOk(); }))
+    if (auto crashed = hwlocCrashesApart(path, [&path] { return loadXmlImpl(path, false).isOk(); }))
       return fail(*crashed);
   errno = 0;
   if (hwloc_topology_load(tree->topo) != 0) {

@@ -40,7 +40,7 @@ int usageError(const std::string& msg) {
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], tutti::topo::kReadApartFlag) == 0)
     return tutti::topo::loadXmlHere("/proc/self/fd/0").isOk() ? tutti::topo::kReadApartLoaded
-                                                               : tutti::topo::kReadApartRefused;
+                                                              : tutti::topo::kReadApartRefused;
   std::string load, dump;
   bool json = false;
   for (int i = 1; i < argc; ++i) {

@@ -214,7 +214,8 @@ TUTTI_PNCCL(ncclCommShrink)
 
 TUTTI_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return guard("ncclCommRevoke", [&]() -> ncclResult_t {
-    if (ncclResult_t rc = checkComm(comm, "ncclCommRevoke", true, true); rc != ncclSuccess) return rc;
+    if (ncclResult_t rc = checkComm(comm, "ncclCommRevoke", true, true); rc != ncclSuccess)
+      return rc;
     return fromStatus(comm->impl()->revoke(revokeFlags).withContext("ncclCommRevoke"), comm);
   });
 }

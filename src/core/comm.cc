@@ -451,7 +451,8 @@ Status Comm::revoke(int flags) {
     oneShot_->markFailed();  // local peers waiting on this rank look for the notice
     oneShot_->wake();
   }
-  noticeFailure(invalidUsage(fmt::format("rank {} revoked the communicator (ncclCommRevoke)", rank_)));
+  noticeFailure(
+      invalidUsage(fmt::format("rank {} revoked the communicator (ncclCommRevoke)", rank_)));
   drainEngine();
   return Status::ok();
 }
@@ -848,8 +849,7 @@ namespace tutti::core {
 void Comm::noticeFailure(const Status& cause) {
   if (!bootstrap_) return;
   std::string text = cause.message();
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::seconds(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   // Every peer, connected or not: one that is not may be about to connect
   // to this rank for its next operation, and would wait for the handshake
   // until its deadline (Bootstrap::recvUntil ends such waits on a notice).

@@ -121,15 +121,15 @@ std::vector<std::string> dumpLines(const FlightDump& d) {
                                  d.reason.empty() ? "no error" : d.reason);
   lines.push_back(head);
   if (pending)
-    lines.push_back(fmt::format(
-        "flight recorder: rank {} waits in operation {} ({}), pending for {:.1f} s{}", d.rank,
-        pending->rec, describe(*pending), d.at - pending->calledAt,
-        waits.empty() ? "" : ", on rank(s) " + waits));
+    lines.push_back(
+        fmt::format("flight recorder: rank {} waits in operation {} ({}), pending for {:.1f} s{}",
+                    d.rank, pending->rec, describe(*pending), d.at - pending->calledAt,
+                    waits.empty() ? "" : ", on rank(s) " + waits));
   else
     lines.push_back(fmt::format("flight recorder: rank {} has no operation pending", d.rank));
   for (const auto& e : d.entries)
-    lines.push_back(fmt::format("  op {} {} at {:.3f} s: {}", e.rec, stateName(e.state),
-                                e.calledAt, describe(e)));
+    lines.push_back(fmt::format("  op {} {} at {:.3f} s: {}", e.rec, stateName(e.state), e.calledAt,
+                                describe(e)));
   return lines;
 }
 
@@ -145,8 +145,8 @@ std::string dumpJson(const FlightDump& d) {
     std::string o = fmt::format(
         "{{\"op\":{},\"coll\":\"{}\",\"count\":{},\"datatype\":\"{}\",\"called_s\":{:.3f},"
         "\"state\":\"{}\"",
-        e.rec, algo::collectiveName(e.coll), e.count,
-        dataTypeName(static_cast<DataType>(e.dt)), e.calledAt, stateName(e.state));
+        e.rec, algo::collectiveName(e.coll), e.count, dataTypeName(static_cast<DataType>(e.dt)),
+        e.calledAt, stateName(e.state));
     if (isP2p(e.coll)) return o + fmt::format(",\"peer\":{}}}", e.root);
     o += fmt::format(",\"call\":{}", e.call);
     if (isReducing(e.coll)) o += ",\"redop\":" + base::jsonString(opText(e.op));
@@ -162,9 +162,10 @@ std::string dumpPath(const std::string& pattern, const FlightDump& d) {
     if (pattern[i] == '%' && i + 1 < pattern.size()) {
       const char c = pattern[i + 1];
       if (c == 'h' || c == 'p' || c == 'r' || c == '%') {
-        out += c == 'h' ? d.host : c == 'p' ? std::to_string(d.pid)
-                                 : c == 'r' ? std::to_string(d.rank)
-                                            : std::string("%");
+        out += c == 'h'   ? d.host
+               : c == 'p' ? std::to_string(d.pid)
+               : c == 'r' ? std::to_string(d.rank)
+                          : std::string("%");
         ++i;
         continue;
       }

@@ -35,12 +35,12 @@ class FlightRecorder {
 
   enum class State : uint8_t { kPending, kDone, kFailed };
   struct Entry {
-    uint64_t rec = 0;    // record()'s number: 0, 1, 2, ... per communicator
-    uint64_t call = 0;   // Op::call (collectives only)
+    uint64_t rec = 0;   // record()'s number: 0, 1, 2, ... per communicator
+    uint64_t call = 0;  // Op::call (collectives only)
     algo::Collective coll{};
     size_t count = 0;
     int dt = 0, op = 0;
-    int root = 0;        // root, or peer of a send or receive
+    int root = 0;         // root, or peer of a send or receive
     double calledAt = 0;  // seconds since the recorder was made
     State state = State::kPending;
   };

@@ -86,9 +86,8 @@ TEST_P(FlightRecorder, FailedRanksSayWhatTheyWaitOnAndTheMergeNamesTheRank) {
   std::sort(ranks.begin(), ranks.end());
   EXPECT_EQ(ranks, (std::vector<int>{0, 1}));
   int status = -1;
-  const std::string out =
-      run("/usr/bin/python3 " + repoRoot() + "/bench/fault/flight_merge.py " + dump + " 2>&1",
-          &status);
+  const std::string out = run(
+      "/usr/bin/python3 " + repoRoot() + "/bench/fault/flight_merge.py " + dump + " 2>&1", &status);
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("everyone waits for rank 2"), std::string::npos) << out;
   EXPECT_NE(out.find("2 | - | - | (no dump)"), std::string::npos) << out;

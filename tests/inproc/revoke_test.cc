@@ -53,8 +53,7 @@ void expectRevokedHere(ncclComm_t comm) {
   EXPECT_EQ(async, ncclSuccess);  // revoked, not failed
   float x = 1, y = 0;
   EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(comm)).find("revoked (ncclCommRevoke)"),
-            std::string::npos)
+  EXPECT_NE(std::string(ncclGetLastError(comm)).find("revoked (ncclCommRevoke)"), std::string::npos)
       << ncclGetLastError(comm);
   EXPECT_EQ(ncclCommFinalize(comm), ncclInvalidUsage);
   EXPECT_EQ(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclSuccess);  // again: nothing to do

@@ -62,12 +62,12 @@ double now() {
 // What a survivor tells the parent (one write, below PIPE_BUF: atomic).
 struct Report {
   int rank = -1;
-  int iterations = 0;     // collectives that returned success
-  int wrong = 0;          // of those, results that were not exact
-  int named = 0;          // the error named the victim
-  int shrinkRc = -1;      // ncclCommShrink's result
-  int newOk = 0;          // the new communicator: size, rank and results right
-  double errorAt = 0;     // CLOCK_MONOTONIC when the failing call returned
+  int iterations = 0;  // collectives that returned success
+  int wrong = 0;       // of those, results that were not exact
+  int named = 0;       // the error named the victim
+  int shrinkRc = -1;   // ncclCommShrink's result
+  int newOk = 0;       // the new communicator: size, rank and results right
+  double errorAt = 0;  // CLOCK_MONOTONIC when the failing call returned
   char message[320] = {};
 };
 static_assert(sizeof(Report) < PIPE_BUF, "one atomic write");
@@ -184,8 +184,7 @@ bool checkShrunk(ncclComm_t nc, int oldRank, int victim, int n, uint64_t seed, s
     if (it == 1) c.count = 100003;  // odd, not a multiple of anything
     bool exact = false;
     if (!runCall(nc, rank, n - 1, 1000 + it, c, &exact, &rc)) {
-      *why = std::string("after the shrink, ") + kindName(c.kind) + ": " +
-             ncclGetLastError(nc);
+      *why = std::string("after the shrink, ") + kindName(c.kind) + ": " + ncclGetLastError(nc);
       return false;
     }
     if (!exact) {
@@ -347,9 +346,10 @@ bool trial(int n, uint64_t seed, Tally* t) {
     if (WIFSIGNALED(status[r]) || !WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0) {
       ++crashed;
       inTime = false;
-      notes += " rank " + std::to_string(r) + " ended with status " +
-               std::to_string(WIFEXITED(status[r]) ? WEXITSTATUS(status[r]) : -WTERMSIG(status[r])) +
-               ";";
+      notes +=
+          " rank " + std::to_string(r) + " ended with status " +
+          std::to_string(WIFEXITED(status[r]) ? WEXITSTATUS(status[r]) : -WTERMSIG(status[r])) +
+          ";";
       continue;
     }
     auto it = std::find_if(reps.begin(), reps.end(), [r](const Report& x) { return x.rank == r; });
@@ -394,8 +394,8 @@ bool trial(int n, uint64_t seed, Tally* t) {
 int main(int argc, char** argv) {
   int n = 8, trials = 5;
   uint64_t seed = static_cast<uint64_t>(time(nullptr));
-  std::string label = getenv("NCCL_SHM_DISABLE") ? "rank death + shrink, tcp"
-                                                 : "rank death + shrink, shm";
+  std::string label =
+      getenv("NCCL_SHM_DISABLE") ? "rank death + shrink, tcp" : "rank death + shrink, shm";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--ranks")
@@ -407,7 +407,8 @@ int main(int argc, char** argv) {
     else if (a == "--label")
       label = argv[i + 1];
     else {
-      fprintf(stderr, "usage: mp_death_shrink [--ranks N] [--trials T] [--seed S] [--label NAME]\n");
+      fprintf(stderr,
+              "usage: mp_death_shrink [--ranks N] [--trials T] [--seed S] [--label NAME]\n");
       return 2;
     }
   }

@@ -550,7 +550,8 @@ void expectCrashSeenApart(const std::string& file, const std::function<bool()>& 
 }
 
 void expectRefusedAsCrash(const std::string& file, ReadApart expected) {
-  expectCrashSeenApart(file, [&] { return loadXmlHere(file).isOk(); }, expected);
+  expectCrashSeenApart(
+      file, [&] { return loadXmlHere(file).isOk(); }, expected);
   auto r = loadXml(file);
   ASSERT_FALSE(r.isOk()) << file;
   EXPECT_NE(r.status().message().find("malformed: hwloc"), std::string::npos)
@@ -568,12 +569,13 @@ TEST_F(TopologyXml, CrashesNoPatternKnowsAreRefusedInAChild) {
   for (const auto& f : files) expectRefusedAsCrash(f, ReadApart::kChild);
   // A crash the patterns know ("Topology became empty"), handed to hwloc in
   // the child past them.
-  expectCrashSeenApart(fuzzed, [&] { return hwlocLoads(fuzzed); }, ReadApart::kChild);
+  expectCrashSeenApart(
+      fuzzed, [&] { return hwlocLoads(fuzzed); }, ReadApart::kChild);
   // A file hwloc reads: nothing to say.
   ReadApart how = ReadApart::kNone;
-  EXPECT_FALSE(
-      hwlocCrashesApart(fixturePath(), [&] { return loadXmlHere(fixturePath()).isOk(); }, &how)
-          .has_value());
+  EXPECT_FALSE(hwlocCrashesApart(
+                   fixturePath(), [&] { return loadXmlHere(fixturePath()).isOk(); }, &how)
+                   .has_value());
   EXPECT_EQ(how, ReadApart::kChild);
 }
 
@@ -589,8 +591,9 @@ TEST_F(TopologyXml, CrashesNoPatternKnowsAreRefusedByTheReaderProgramInAProcessW
   // A file hwloc reads loads, read by the program first; one it refuses
   // is refused with its own reason, not as a crash.
   ReadApart how = ReadApart::kNone;
-  EXPECT_FALSE(
-      hwlocCrashesApart(fixturePath(), [] { return false; }, &how).has_value());
+  EXPECT_FALSE(hwlocCrashesApart(
+                   fixturePath(), [] { return false; }, &how)
+                   .has_value());
   EXPECT_EQ(how, ReadApart::kProgram);
   auto r = loadXml(fixturePath());
   EXPECT_TRUE(r.isOk()) << r.status().message();
@@ -600,7 +603,9 @@ TEST_F(TopologyXml, CrashesNoPatternKnowsAreRefusedByTheReaderProgramInAProcessW
   ASSERT_FALSE(bad.isOk());
   EXPECT_EQ(bad.status().message().find("malformed: hwloc crashed"), std::string::npos)
       << bad.status().message();
-  EXPECT_FALSE(hwlocCrashesApart(notXml, [] { return true; }, &how).has_value());
+  EXPECT_FALSE(hwlocCrashesApart(
+                   notXml, [] { return true; }, &how)
+                   .has_value());
   EXPECT_EQ(how, ReadApart::kProgram);
   std::remove(notXml.c_str());
 }
@@ -615,8 +620,9 @@ TEST_F(TopologyXml, ReaderProgramComesFromTuttiTopoReader) {
   {
     BusyThread busy;
     ReadApart how = ReadApart::kChild;
-    EXPECT_FALSE(
-        hwlocCrashesApart(fixturePath(), [] { return true; }, &how).has_value());
+    EXPECT_FALSE(hwlocCrashesApart(
+                     fixturePath(), [] { return true; }, &how)
+                     .has_value());
     EXPECT_EQ(how, ReadApart::kNone);
     if (hwlocReadsAnyXml()) EXPECT_TRUE(loadXml(fixturePath()).isOk());
   }

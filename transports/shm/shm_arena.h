@@ -46,7 +46,6 @@
 
 namespace tutti::transport::shm {
 
-
 class ArenaSegment {
  public:
   enum State : uint32_t { kOpen = 0, kClosed = 1, kFailed = 2, kAborted = 3 };
