@@ -686,6 +686,25 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
   // messages will never come, whatever the transport.
   for (const auto& p : peers_)
     if (p.recvsLeft || p.sendsLeft) TUTTI_RETURN_IF_ERROR(c_->noticeFrom(p.peer));
+  // A peer that took the one-shot path for a call this run makes as a
+  // schedule was given another count, on the other side of
+  // TUTTI_ONESHOT_MAX: neither would ever hear from the other.
+  if (c_->oneShot())
+    for (const auto& p : peers_) {
+      if (!p.recvsLeft && !p.sendsLeft) continue;
+      for (size_t i = 0; i < w_->schedules.size() && i < w_->sigs.size(); ++i) {
+        const OpSig& mine = w_->sigs[i];
+        const auto coll = static_cast<algo::Collective>(mine.coll);
+        if (coll == algo::Collective::kSend || coll == algo::Collective::kRecv) continue;
+        if (auto theirs = c_->oneShot()->postedAsCall(p.peer, mine.call))
+          return invalidUsage(fmt::format(
+              "collective mismatch: {} called {} where rank {} called {}: the ranks called "
+              "collectives with different counts (here on either side of the one-shot limit, "
+              "TUTTI_ONESHOT_MAX, so they took different paths)",
+              c_->describePeer(p.peer), *theirs, c_->rank(),
+              describeSig(mine, w_->schedules[i].algorithm.c_str())));
+      }
+    }
   if (smallNext_ < w_->small.size())
     TUTTI_RETURN_IF_ERROR(c_->oneShot()->check(w_->small[smallNext_], Clock::now() - lastProgress));
   if (ipcStarted_)

@@ -90,6 +90,7 @@ bool oneShotOp(const Op& o, OneShotOp* out) {
   out->spec = specOf(o);
   out->root = o.root;
   out->redop = o.op;
+  out->call = o.call;
   return true;
 }
 

@@ -365,6 +365,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     seg_->seq(rank_, slot).store(c, std::memory_order_release);
     op.global = nextGlobal_++;
     seg_->postedSignature(rank_).store(sig, std::memory_order_relaxed);
+    seg_->postedCall(rank_).store(op.call + 1, std::memory_order_relaxed);
     seg_->posted(rank_).store(op.global << 1 | static_cast<uint64_t>(cls),
                               std::memory_order_release);
     ringPeers();
@@ -554,6 +555,16 @@ Status OneShot::check(const OneShotOp& op, Clock::duration idle) {
       fmt::format("no progress for {:.0f} s (TUTTI_TIMEOUT) in {} (one-shot path, "
                   "operation {}) waiting on {}",
                   secs, what, seq, names));
+}
+
+std::optional<std::string> OneShot::postedAsCall(int rank, uint32_t call) {
+  // The call number is read after the post (release) that follows it, and
+  // the signature after it (the same line; written before the post).
+  (void)seg_->posted(rank).load(std::memory_order_acquire);
+  const uint64_t c = seg_->postedCall(rank).load(std::memory_order_relaxed);
+  if (c == 0 || static_cast<uint32_t>(c - 1) != call) return std::nullopt;
+  const uint64_t sig = seg_->postedSignature(rank).load(std::memory_order_relaxed);
+  return describeSignature(sig, sig >> 40) + fmt::format(" (collective call {}, one-shot path)", c - 1);
 }
 
 bool OneShot::anyPeerGone() const {

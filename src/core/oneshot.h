@@ -56,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct OneShotOp {
   algo::ReduceSpec spec;
   int root = 0;
   int redop = 0;        // ncclRedOp_t as called (checked across ranks with the rest)
+  uint64_t call = 0;    // Op::call: its number among the communicator's collective calls
   bool direct = false;  // single-copy: peers read this rank's send buffer
   // Progress state.
   uint8_t cls = 0;         // slot class (OneShot::classOf), set when posted
@@ -138,6 +140,12 @@ class OneShot {
   // Some peer's state is no longer open (a few loads: cheap enough to ask
   // while waiting, between the full checks).
   bool anyPeerGone() const;
+  // What `rank` posted here as collective call `call` (low 32 bits, as
+  // OpSig carries it), described, or nothing. The executor asks it of the
+  // peers a schedule waits on: a peer that took the one-shot path for a call
+  // this rank runs as a schedule was given another count (on the other side
+  // of TUTTI_ONESHOT_MAX), and neither would ever hear from the other.
+  std::optional<std::string> postedAsCall(int rank, uint32_t call);
 
  private:
   bool published(int rank, int cls, uint64_t seq);

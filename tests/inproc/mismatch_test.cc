@@ -19,7 +19,21 @@
 namespace tutti::test {
 namespace {
 
-enum class Case { kCount, kDatatype, kOp, kCollective, kRoot, kEachOtherRoot, kSkipped };
+enum class Case {
+  kCount,
+  kDatatype,
+  kOp,
+  kCollective,
+  kRoot,
+  kEachOtherRoot,
+  kSkipped,
+  kStraddle
+};
+
+// kStraddle: the deviant's count is this many times the others', so that
+// over shared memory the others take the one-shot path (1 Ki floats: 4 KiB,
+// within TUTTI_ONESHOT_MAX's 32 KiB) and the deviant a schedule.
+constexpr size_t kStraddleFactor = 16;
 
 const char* caseName(Case c) {
   switch (c) {
@@ -37,6 +51,8 @@ const char* caseName(Case c) {
       return "each_other_root";
     case Case::kSkipped:
       return "skipped_call";
+    case Case::kStraddle:
+      return "count_across_oneshot_limit";
   }
   return "?";
 }
@@ -94,6 +110,9 @@ ncclResult_t mismatchedCall(const Param& p, int r, ncclComm_t comm, std::vector<
       }
       return ncclAllReduce(in.data(), out.data(), n / 2, ncclFloat32, ncclSum, comm, nullptr);
     }
+    case Case::kStraddle:
+      return ncclAllReduce(in.data(), out.data(), deviant ? n * kStraddleFactor : n, ncclFloat32,
+                           ncclSum, comm, nullptr);
   }
   return ncclInternalError;
 }
@@ -104,7 +123,8 @@ TEST_P(Mismatch, FailsPromptlyAndNeverReturnsMixedData) {
            std::make_pair("NCCL_SHM_DISABLE", p.tcp ? "1" : "0")});
   std::vector<int> failed(p.n, 0);
   runRanks(p.n, [&](int r, ncclComm_t comm) {
-    std::vector<float> in(p.count + 1), out(p.count + 1, -1.0f);
+    const size_t room = p.c == Case::kStraddle ? p.count * kStraddleFactor : p.count;
+    std::vector<float> in(room + 1), out(room + 1, -1.0f);
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((r + 1) * 1000 + i % 97);
     const auto t0 = std::chrono::steady_clock::now();
     const ncclResult_t rc = mismatchedCall(p, r, comm, in, out);
@@ -153,6 +173,9 @@ std::vector<Param> params() {
           // 16 Mi elements in bench/fault/mismatch.sh only (TUTTI_MISMATCH_LARGE=1).
           if (count < (size_t{16} << 20) || getenv("TUTTI_MISMATCH_LARGE"))
             v.push_back({tcp, n, c, count});
+  // Counts on either side of the one-shot limit: shared memory only (over
+  // TCP every count takes a schedule), at 1 Ki elements.
+  for (int n : {2, 3, 5}) v.push_back({false, n, Case::kStraddle, size_t{1} << 10});
   return v;
 }
 

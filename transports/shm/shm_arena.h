@@ -90,6 +90,9 @@ class ArenaSegment {
   // ranks whose calls went to different slot classes). Only rank r writes.
   std::atomic<uint64_t>& posted(int rank) { return word(rank, 1); }
   std::atomic<uint64_t>& postedSignature(int rank) { return word(rank, 2); }
+  // The caller's number of that operation (core/oneshot.h: its collective
+  // call number + 1; 0 before any), written before posted().
+  std::atomic<uint64_t>& postedCall(int rank) { return word(rank, 3); }
 
   // This rank's slots: whole pages, written only by this rank (for placement
   // near it; every peer reads them once per operation).
