@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <system_error>
+#include <unordered_map>
+#include <mutex>
 
 #include "base/gate.h"
 #include "base/log.h"
@@ -36,6 +39,9 @@ constexpr auto kPeerGoneAfter = std::chrono::seconds(10);
 // How long one connection attempt to a peer on this host lasts before its
 // process is looked at again (Bootstrap::sendUntil).
 constexpr auto kLocalConnectSlice = std::chrono::milliseconds(100);
+// How often a wait for a control message looks at the processes of this
+// host it waits on (Bootstrap::recvUntil).
+constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
 
 // TUTTI_INIT_TIMEOUT: how long each rank's init waits for the others, and
 // how long a root waits for its first registration and then for the rest.
@@ -414,6 +420,44 @@ Status createFreshId(uint8_t out[kUniqueIdBytes]) {
   return Status::ok();
 }
 
+namespace {
+
+std::mutex gJoinMu;
+std::unordered_map<uint64_t, std::vector<JoinMember>>& joinWatch() {
+  static auto* m = new std::unordered_map<uint64_t, std::vector<JoinMember>>();
+  return *m;
+}
+
+std::vector<JoinMember> takeExpectedMembers(uint64_t nonce) {
+  std::lock_guard<std::mutex> lk(gJoinMu);
+  auto it = joinWatch().find(nonce);
+  if (it == joinWatch().end()) return {};
+  std::vector<JoinMember> v = std::move(it->second);
+  joinWatch().erase(it);
+  return v;
+}
+
+// The first watched member whose process is gone, as the error.
+Status memberGone(const std::vector<JoinMember>& watch, int rank, int nranks) {
+  for (const JoinMember& m : watch)
+    if (base::processDead(static_cast<pid_t>(m.pid)))
+      return remoteError(fmt::format(
+          "rank {} of {}: rank {} of the communicator this one was made from (pid {}) is gone: "
+          "its process no longer exists, and it can never join",
+          rank, nranks, m.parentRank, m.pid));
+  return Status::ok();
+}
+
+}  // namespace
+
+void expectMembers(const uint8_t id[kUniqueIdBytes], std::vector<JoinMember> members) {
+  if (members.empty()) return;
+  UniqueIdData d;
+  memcpy(&d, id, sizeof(d));
+  std::lock_guard<std::mutex> lk(gJoinMu);
+  joinWatch()[d.nonce] = std::move(members);
+}
+
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]) {
   UniqueIdData id;
   memcpy(&id, in, sizeof(id));
@@ -536,12 +580,26 @@ Status Bootstrap::start() {
   // The root gives up at its own deadline and tells us who is missing; wait a
   // little longer than it does.
   auto replyDeadline = deadline + std::chrono::seconds(10);
+  // A split's or shrink's members on this host are looked at while waiting:
+  // one that died fails the init at once (and, closing this connection,
+  // everyone else's through the root).
+  const std::vector<JoinMember> watch = takeExpectedMembers(id_.nonce);
+  while (!watch.empty()) {
+    pollfd p{root.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) != 0) break;  // the reply, or an error, is there
+    if (net::Clock::now() >= replyDeadline || (abortFlag_ && abortFlag_->load())) break;
+    TUTTI_RETURN_IF_ERROR(memberGone(watch, rank_, nranks_));
+  }
   Status st = root.recvAll(&reply, sizeof(reply), replyDeadline, abortFlag_,
                            "the other ranks to join (via " + what + ")");
-  if (!st) return st.withContext(fmt::format("rank {} of {}", rank_, nranks_));
+  if (!st) {
+    TUTTI_RETURN_IF_ERROR(memberGone(watch, rank_, nranks_));  // the cause, when it is that
+    return st.withContext(fmt::format("rank {} of {}", rank_, nranks_));
+  }
   if (reply.status != 0) {
     std::string msg(std::min<uint32_t>(reply.bytes, kMaxRootErrorBytes), '\0');
     (void)root.recvAll(msg.data(), msg.size(), replyDeadline, abortFlag_, what);
+    TUTTI_RETURN_IF_ERROR(memberGone(watch, rank_, nranks_));
     return remoteError(msg);
   }
   if (reply.bytes != nranks_ * sizeof(PeerInfo)) return internalError("bootstrap: bad table size");
@@ -725,7 +783,12 @@ Status Bootstrap::sendUntil(int peer, uint64_t tag, const void* data, size_t byt
   std::string what = "rank " + std::to_string(peer);
   Status st = s->sendAll(&hdr, sizeof(hdr), dl, abortFlag_, what);
   if (st) st = s->sendAll(data, bytes, dl, abortFlag_, what);
-  if (!st) out_.erase(peer);
+  if (!st) {
+    out_.erase(peer);
+    // Which processes of this host are gone: the peer, and maybe the one
+    // whose death made it end.
+    if (Status gone = localPeersAlive(-1); !gone) return st.withContext(gone.message());
+  }
   return st;
 }
 
@@ -738,12 +801,40 @@ Result<std::vector<uint8_t>> Bootstrap::recv(int peer, uint64_t tag) {
   return recvUntil(peer, tag, deadline(), abortFlag_);
 }
 
+std::string gaveUpMessage(const std::string& who, std::string_view why) {
+  static constexpr std::string_view kGaveUp = " gave up after an error of its own";
+  static constexpr std::string_view kPassed = " (passed on by ";
+  int hops = 0;
+  for (;;) {
+    // "rank N (...) gave up after an error of its own[ (passed on by K more ranks)]: "
+    const size_t at = why.find(kGaveUp);
+    if (why.rfind("rank ", 0) != 0 || at == std::string_view::npos ||
+        why.substr(0, at).find(": ") != std::string_view::npos)
+      break;
+    size_t rest = at + kGaveUp.size();
+    int more = 0;
+    if (why.substr(rest).rfind(kPassed, 0) == 0) {
+      const size_t close = why.find(')', rest);
+      if (close == std::string_view::npos) break;
+      more = std::atoi(std::string(why.substr(rest + kPassed.size(), close)).c_str());
+      rest = close + 1;
+    }
+    if (why.substr(rest, 2) != ": ") break;
+    why.remove_prefix(rest + 2);
+    hops += 1 + more;
+  }
+  if (hops == 0) return fmt::format("{}{}: {}", who, kGaveUp, why);
+  return fmt::format("{}{}{}{} more rank{}): {}", who, kGaveUp, kPassed, hops,
+                     hops == 1 ? "" : "s", why);
+}
+
 Status Bootstrap::gaveUpLocked(int peer) const {
   auto it = mailbox_.find({peer, kFailureNoticeTag});
   if (it == mailbox_.end() || it->second.empty()) return Status::ok();
   const std::vector<uint8_t>& why = it->second.front();  // left for Comm::noticeFrom
-  return remoteError(fmt::format("rank {} ({}) gave up after an error of its own: {}", peer,
-                                 peers_[peer].hostname, std::string(why.begin(), why.end())));
+  return remoteError(gaveUpMessage(fmt::format("rank {} ({})", peer, peers_[peer].hostname),
+                                   std::string_view(reinterpret_cast<const char*>(why.data()),
+                                                    why.size())));
 }
 
 Status Bootstrap::gaveUp(int peer) {
@@ -755,6 +846,7 @@ Status Bootstrap::gaveUp(int peer) {
 Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::Clock::time_point dl,
                                                   const std::atomic<bool>* abortFlag) {
   std::unique_lock<std::mutex> lk(mu_);
+  auto nextLivenessCheck = net::Clock::now() + kLivenessEvery;
   for (;;) {
     auto it = mailbox_.find({peer, tag});
     if (it != mailbox_.end() && !it->second.empty()) {
@@ -773,8 +865,41 @@ Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::C
     if (now >= dl)
       return remoteError(fmt::format("timed out waiting for a control message from rank {} ({})",
                                      peer, peers_[peer].hostname));
+    // Now and then the processes on this host: a message from one that is
+    // gone never comes, and neither does any step of an allGather or
+    // barrier once any rank is gone (the rest of its ring waits behind it).
+    if (now >= nextLivenessCheck) {
+      nextLivenessCheck = now + kLivenessEvery;
+      lk.unlock();
+      Status alive = localPeersAlive((tag >> 63) == 1 ? -1 : peer);
+      lk.lock();
+      TUTTI_RETURN_IF_ERROR(alive);
+      continue;  // the mailbox again: what came meanwhile is read first
+    }
     cv_.wait_for(lk, std::min<net::Clock::duration>(dl - now, std::chrono::milliseconds(10)));
   }
+}
+
+Status Bootstrap::localPeersAlive(int peer) const {
+  // Every one that is gone, not only the first: a rank that failed because
+  // another died may have ended too, and the one that died first is among
+  // them.
+  const uint64_t here = peers_[rank_].hostId;
+  std::vector<std::string> gone;
+  for (int r = peer < 0 ? 0 : peer; r < (peer < 0 ? nranks_ : peer + 1); ++r) {
+    const PeerInfo& p = peers_[r];
+    if (r == rank_ || p.hostId != here || p.pid <= 0) continue;
+    if (base::processDead(static_cast<pid_t>(p.pid)))
+      gone.push_back(fmt::format("rank {} (host {}, pid {})", r, p.hostname, p.pid));
+  }
+  if (gone.empty()) return Status::ok();
+  std::string who = gone[0];
+  for (size_t i = 1; i < gone.size(); ++i) who += (i + 1 == gone.size() ? " and " : ", ") + gone[i];
+  return remoteError(fmt::format("{} {} gone: {} no longer exist{} (seen by rank {} waiting for a "
+                                 "control message)",
+                                 who, gone.size() == 1 ? "is" : "are",
+                                 gone.size() == 1 ? "its process" : "their processes",
+                                 gone.size() == 1 ? "s" : "", rank_));
 }
 
 Status Bootstrap::allGather(void* data, size_t bytes) {

@@ -54,6 +54,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -115,7 +116,26 @@ Status createUniqueId(uint8_t out[kUniqueIdBytes]);
 // address serves the first communicator only: children that reused it
 // collided on its port.)
 Status createFreshId(uint8_t out[kUniqueIdBytes]);
+
+// The processes of this host a communicator made from another (a split's or
+// a shrink's) needs alive while it waits for its ranks to join: Comm::split
+// and Comm::shrink register them under the new id's nonce, and that
+// communicator's Bootstrap takes them (once) and fails its init when one of
+// them is gone, naming it, instead of waiting TUTTI_INIT_TIMEOUT for a rank
+// that died (found by the soak, tests/mp/soak.cc).
+struct JoinMember {
+  int parentRank = -1;  // its rank in the communicator made from
+  int pid = 0;
+};
+void expectMembers(const uint8_t id[kUniqueIdBytes], std::vector<JoinMember> members);
 Result<UniqueIdData> parseUniqueId(const uint8_t in[kUniqueIdBytes]);
+
+// "<who> gave up after an error of its own: <why>": what a rank reports of
+// a peer's failure notice. A `why` that is itself such a report (a failure
+// passed on from rank to rank) is cut to its root cause, with the count of
+// ranks it passed through: "rank 4 (...) gave up after an error of its own
+// (passed on by 3 more ranks): rank 0 (...) is gone: ...".
+std::string gaveUpMessage(const std::string& who, std::string_view why);
 
 // The families of bootstrap tags, by their top four bits: allGather and
 // barrier (1xxx), data-connection handshakes (01xx but the failure notice),
@@ -171,6 +191,9 @@ class Bootstrap : public transport::ControlChannel {
 
  private:
   Status gaveUpLocked(int peer) const;  // gaveUp(), mu_ held
+  // An error naming `peer` (every peer: -1) when it is on this host and its
+  // process is gone; else ok.
+  Status localPeersAlive(int peer) const;
   Bootstrap() = default;
   Status start();
   Status connectRoot(const net::SockAddr& rootAddr, net::Clock::time_point deadline,

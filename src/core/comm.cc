@@ -500,13 +500,14 @@ Result<Comm::SplitPlan> Comm::shrink(const int* exclude, int count, int flags) {
     for (size_t i = 1; i < kept.size(); ++i)
       TUTTI_RETURN_IF_ERROR(bootstrap_->send(kept[i], tag, plan.id, sizeof(plan.id)));
   } else {
-    auto got = bootstrap_->recv(kept[0], tag);
+    auto got = recvWhileAlive(kept[0], tag);
     if (!got) return got.status().withContext("waiting for the shrunk communicator's id");
     if (got->size() != sizeof(plan.id))
       return internalError(fmt::format("the new communicator's id from {} has {} bytes",
                                        describePeer(kept[0]), got->size()));
     std::memcpy(plan.id, got->data(), sizeof(plan.id));
   }
+  expectMembers(plan.id, localMembers(kept));
   return plan;
 }
 
@@ -568,14 +569,39 @@ Result<Comm::SplitPlan> Comm::splitExchange(int color, int key) {
     for (size_t i = 1; i < mine.size(); ++i)
       TUTTI_RETURN_IF_ERROR(bootstrap_->send(mine[i].rank, tag, plan.id, sizeof(plan.id)));
   } else {
-    auto got = bootstrap_->recv(mine[0].rank, tag);
-    if (!got) return got.status();
+    auto got = recvWhileAlive(mine[0].rank, tag);
+    if (!got) return got.status().withContext("waiting for the split communicator's id");
     if (got->size() != sizeof(plan.id))
       return internalError(fmt::format("the new communicator's id from {} has {} bytes",
                                        describePeer(mine[0].rank), got->size()));
     std::memcpy(plan.id, got->data(), sizeof(plan.id));
   }
+  std::vector<int> members;
+  for (const Entry& e : mine) members.push_back(e.rank);
+  expectMembers(plan.id, localMembers(members));
   return plan;
+}
+
+std::vector<JoinMember> Comm::localMembers(const std::vector<int>& ranks) const {
+  std::vector<JoinMember> out;
+  for (int r : ranks)
+    if (r != rank_ && sameHost(r)) out.push_back({r, peer(r).pid});
+  return out;
+}
+
+Result<std::vector<uint8_t>> Comm::recvWhileAlive(int from, uint64_t tag) {
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  const auto dl = bootstrap_->deadline();
+  for (;;) {
+    const auto until = std::min(dl, std::chrono::steady_clock::now() + kSlice);
+    auto got = bootstrap_->recvUntil(from, tag, until, abort_);
+    if (got) return got;
+    // Failed before its slice ended (an abort, the service's end), or out of time.
+    if (std::chrono::steady_clock::now() < until || until >= dl) return got.status();
+    if (sameHost(from) && base::processDead(static_cast<pid_t>(peer(from).pid)))
+      return remoteError(
+          fmt::format("{} is gone: its process no longer exists", describePeer(from)));
+  }
 }
 
 void* Comm::registerRange(void* base, size_t bytes) {
@@ -886,8 +912,7 @@ Status Comm::noticeFrom(int peer) {
                                    nullptr);
   if (!got) return Status::ok();
   std::string why(got->begin(), got->end());
-  return remoteError(
-      fmt::format("{} gave up after an error of its own: {}", describePeer(peer), why));
+  return remoteError(gaveUpMessage(describePeer(peer), why));
 }
 
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
@@ -899,8 +924,7 @@ Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::m
                                    nullptr);
   if (!got) return observed;  // no notice: the observation is the root cause
   std::string why(got->begin(), got->end());
-  return Status(observed.code(),
-                fmt::format("{} gave up after an error of its own: {}", describePeer(peer), why));
+  return Status(observed.code(), gaveUpMessage(describePeer(peer), why));
 }
 
 }  // namespace tutti::core

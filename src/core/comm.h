@@ -192,6 +192,12 @@ class Comm {
     uint8_t id[kUniqueIdBytes] = {};
   };
   Result<SplitPlan> split(int color, int key);
+  // The members of a split or shrink (ranks of this communicator) on this
+  // host but this rank, for the new communicator's init (expectMembers).
+  std::vector<JoinMember> localMembers(const std::vector<int>& ranks) const;
+  // bootstrap recv from `from` that ends, naming it, when `from` is on this
+  // host and its process is gone (a split's or shrink's member that died).
+  Result<std::vector<uint8_t>> recvWhileAlive(int from, uint64_t tag);
   // split() without blocking the caller: the exchange runs as a job on the
   // engine, in call order with the operations queued there, and hands its
   // plan (or error) to `then` on the engine thread. `then` is called exactly

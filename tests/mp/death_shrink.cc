@@ -9,9 +9,10 @@
 // Each trial forks N ranks (8 by default; the parent never touches tutti);
 // rank 0 makes the unique id. The seed picks the victim, the moment (0 to
 // 500 ms after every rank finished two collectives) and the sequence of
-// collectives every rank runs alike: all-reduce (sum), broadcast (a random
-// root), reduce-scatter (sum) and all-gather, float or int32, 1 element to
-// 16 MiB per buffer. Every result that returns success is checked exactly
+// collectives every rank runs alike (tests/mp/random_calls.h): all-reduce,
+// reduce, reduce-scatter (sum, max or min), broadcast (a random root) and
+// all-gather, float32, float64, int32, int64 or uint8, 1 element to 16 MiB
+// per buffer. Every result that returns success is checked exactly
 // (small integers), before the kill and after it. TUTTI_TIMEOUT is 20 s
 // unless set: detection within 5 s must not come from the timeout.
 //
@@ -38,8 +39,11 @@
 #include <vector>
 
 #include "nccl.h"
+#include "tests/mp/random_calls.h"
 
 namespace {
+
+using namespace tutti::test;
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 // Under a sanitizer (scripts/sanitize.sh: 8 instrumented processes on the
@@ -72,90 +76,12 @@ struct Report {
 };
 static_assert(sizeof(Report) < PIPE_BUF, "one atomic write");
 
-enum Kind { kAllReduce, kBroadcast, kReduceScatter, kAllGather, kKinds };
-const char* kindName(int k) {
-  static const char* names[] = {"all_reduce", "broadcast", "reduce_scatter", "all_gather"};
-  return names[k];
-}
-
-// The value rank r puts at element i of call `it`: small integers, so that
-// sums over 8 ranks are exact in float as in int32.
-int32_t valueOf(int r, int it, size_t i) {
-  return static_cast<int32_t>((r + 1) * 3 + static_cast<int>((i + static_cast<size_t>(it)) % 7));
-}
-
-struct Call {
-  int kind;
-  ncclDataType_t type;
-  size_t count;  // per rank (reduce-scatter: received; all-gather: sent)
-  int root;
-};
-
-// The same sequence on every rank: a function of (seed, call number).
-Call callOf(uint64_t seed, int it, int n) {
-  std::mt19937_64 rng(seed * 1000003u + static_cast<uint64_t>(it));
-  Call c;
-  c.kind = static_cast<int>(rng() % kKinds);
-  c.type = (rng() % 2) ? ncclFloat : ncclInt32;
-  size_t maxCount = kMaxBytes / 4;
-  if (c.kind == kReduceScatter || c.kind == kAllGather) maxCount /= static_cast<size_t>(n);
-  // Log-uniform from 1 element to maxCount.
-  const double e = std::uniform_real_distribution<double>(0, std::log2(double(maxCount)))(rng);
-  c.count = std::max<size_t>(1, static_cast<size_t>(std::exp2(e)));
-  c.root = static_cast<int>(rng() % static_cast<uint64_t>(n));
-  return c;
-}
-
-// Runs call `c` (number `it`) on `comm` as rank r of n; true when it
-// succeeded, with *exact whether its result was right. *rc the result.
-bool runCall(ncclComm_t comm, int r, int n, int it, const Call& c, bool* exact, ncclResult_t* rc) {
-  const size_t sendCount = c.kind == kReduceScatter ? c.count * n : c.count;
-  const size_t recvCount = c.kind == kAllGather ? c.count * n : c.count;
-  std::vector<int32_t> si(sendCount), ri(recvCount, -1);
-  std::vector<float> sf, rf;
-  for (size_t i = 0; i < sendCount; ++i) si[i] = valueOf(r, it, i);
-  const bool isFloat = c.type == ncclFloat;
-  if (isFloat) {
-    sf.assign(si.begin(), si.end());
-    rf.assign(recvCount, -1.0f);
-  }
-  const void* send = isFloat ? static_cast<const void*>(sf.data()) : si.data();
-  void* recv = isFloat ? static_cast<void*>(rf.data()) : ri.data();
-  switch (c.kind) {
-    case kAllReduce:
-      *rc = ncclAllReduce(send, recv, c.count, c.type, ncclSum, comm, nullptr);
-      break;
-    case kBroadcast:
-      *rc = ncclBroadcast(send, recv, c.count, c.type, c.root, comm, nullptr);
-      break;
-    case kReduceScatter:
-      *rc = ncclReduceScatter(send, recv, c.count, c.type, ncclSum, comm, nullptr);
-      break;
-    default:
-      *rc = ncclAllGather(send, recv, c.count, c.type, comm, nullptr);
-      break;
-  }
-  if (*rc != ncclSuccess) return false;
-  *exact = true;
-  for (size_t i = 0; i < recvCount && *exact; ++i) {
-    int64_t want = 0;
-    switch (c.kind) {
-      case kAllReduce:
-        for (int q = 0; q < n; ++q) want += valueOf(q, it, i);
-        break;
-      case kBroadcast:
-        want = valueOf(c.root, it, i);
-        break;
-      case kReduceScatter:
-        for (int q = 0; q < n; ++q) want += valueOf(q, it, static_cast<size_t>(r) * c.count + i);
-        break;
-      default:
-        want = valueOf(static_cast<int>(i / c.count), it, i % c.count);
-        break;
-    }
-    const int64_t got = isFloat ? static_cast<int64_t>(rf[i]) : ri[i];
-    if (got != want || (isFloat && rf[i] != static_cast<float>(want))) *exact = false;
-  }
+// Runs call `c` (number `it`) on `comm` as rank r of n: true when it
+// succeeded, with *exact whether its result was right (*why where not).
+bool runCall(ncclComm_t comm, int r, int n, int it, const Call& c, bool* exact, std::string* why) {
+  Buffers b;
+  if (issue(comm, r, n, it, c, &b) != ncclSuccess) return false;
+  *exact = check(r, n, it, c, b, why);
   return true;
 }
 
@@ -179,17 +105,17 @@ bool checkShrunk(ncclComm_t nc, int oldRank, int victim, int n, uint64_t seed, s
     return false;
   }
   for (int it = 0; it < 6; ++it) {
-    Call c = callOf(seed ^ 0x5eed, it, n - 1);
+    Call c = callOf(seed ^ 0x5eed, it, n - 1, kMaxBytes, true);
     if (it == 0) c.count = 1;
     if (it == 1) c.count = 100003;  // odd, not a multiple of anything
     bool exact = false;
-    if (!runCall(nc, rank, n - 1, 1000 + it, c, &exact, &rc)) {
+    std::string wrong;
+    if (!runCall(nc, rank, n - 1, 1000 + it, c, &exact, &wrong)) {
       *why = std::string("after the shrink, ") + kindName(c.kind) + ": " + ncclGetLastError(nc);
       return false;
     }
     if (!exact) {
-      *why = std::string("after the shrink, ") + kindName(c.kind) + " of " +
-             std::to_string(c.count) + ": wrong result";
+      *why = "after the shrink, " + wrong;
       return false;
     }
   }
@@ -218,15 +144,14 @@ bool checkShrunk(ncclComm_t nc, int oldRank, int victim, int n, uint64_t seed, s
       char c = 'r';
       if (write(readyFd, &c, 1) != 1) _exit(5);
     }
-    const Call call = callOf(seed, it, n);
+    const Call call = callOf(seed, it, n, kMaxBytes, true);
     bool exact = false;
-    ncclResult_t rc = ncclSuccess;
-    if (runCall(comm, r, n, it, call, &exact, &rc)) {
+    std::string wrong;
+    if (runCall(comm, r, n, it, call, &exact, &wrong)) {
       ++rep.iterations;
       if (!exact) {
         ++rep.wrong;
-        snprintf(rep.message, sizeof(rep.message), "%s of %zu (call %d): wrong result",
-                 kindName(call.kind), call.count, it);
+        snprintf(rep.message, sizeof(rep.message), "%s", wrong.c_str());
       }
       if (now() - start > kTrialLimitS) {  // the victim should be long dead
         snprintf(rep.message, sizeof(rep.message), "no error in %.0f s", kTrialLimitS);
