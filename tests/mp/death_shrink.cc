@@ -265,6 +265,7 @@ bool trial(int n, uint64_t seed, Tally* t) {
       waitpid(pids[r], &status[r], 0);
       ++hung;
       inTime = false;
+      ok = false;
       notes += " rank " + std::to_string(r) + " hung;";
       continue;
     }
@@ -281,6 +282,7 @@ bool trial(int n, uint64_t seed, Tally* t) {
     if (it == reps.end()) {
       ++crashed;
       inTime = false;
+      ok = false;
       notes += " rank " + std::to_string(r) + " sent no report;";
       continue;
     }
