@@ -370,6 +370,25 @@ bool DeviceIpc::takes(Collective coll, size_t count, size_t elemSize, bool raw) 
   return count * elemSize >= minBytes_;
 }
 
+namespace {
+
+// 24 bits of the call a device-IPC collective runs (collective, count,
+// datatype, operator, root, call number): the barriers carry them in their
+// one-shot signature (operator and root fields), and the arena compares the
+// ranks' signatures before anyone reads a peer's data, so mismatched calls
+// fail at the first barrier instead of combining different calls.
+uint32_t fingerprintOf(const IpcOp& op) {
+  uint64_t words[] = {static_cast<uint64_t>(op.coll), op.count, static_cast<uint64_t>(op.datatype),
+                      static_cast<uint64_t>(static_cast<uint32_t>(op.redop)),
+                      static_cast<uint64_t>(static_cast<uint32_t>(op.root)), op.call};
+  uint32_t h = 2166136261u;
+  for (uint64_t w : words)
+    for (int b = 0; b < 8; ++b) h = (h ^ static_cast<uint8_t>(w >> (8 * b))) * 16777619u;
+  return (h ^ (h >> 24)) & 0xffffff;
+}
+
+}  // namespace
+
 void DeviceIpc::postBarrier(IpcRun& run) {
   const int n = comm_->nranks();
   run.all.assign(n, 0);
@@ -381,6 +400,22 @@ void DeviceIpc::postBarrier(IpcRun& run) {
   run.meet.count = sizeof(int64_t);
   run.meet.elemSize = 1;
   run.meet.spec.dt = DataType::kUint8;
+  const uint32_t fp = fingerprintOf(run.op);
+  run.meet.redop = static_cast<int>(fp & 0xff);
+  run.meet.root = static_cast<int>(fp >> 8);
+}
+
+Status DeviceIpc::meetError(const IpcRun& run, const Status& st) const {
+  if (st.code() != Code::kInvalidUsage || st.message().find("collective mismatch") == std::string::npos)
+    return st;
+  return invalidUsage(fmt::format(
+      "collective mismatch on the device-to-device path: a peer's call is not this rank's {} of "
+      "{} x {} (op {}, root {}, collective call {}): the ranks called collectives in a different "
+      "order or with different counts, datatypes, ops or roots (the barrier's fingerprints "
+      "differ: {})",
+      algo::collectiveName(run.op.coll), run.op.count,
+      dataTypeName(static_cast<DataType>(run.op.datatype)), run.op.redop, run.op.root,
+      run.op.call, st.message()));
 }
 
 Status DeviceIpc::barrierResult(const IpcRun& run) const {
@@ -634,9 +669,9 @@ Status DeviceIpc::progress(IpcRun& run, bool* moved, bool block) {
       }
       case IpcRun::Phase::kBarrier: {
         if (block)
-          TUTTI_RETURN_IF_ERROR(control_->run(run.meet));  // sleeps on the arena's doorbell
+          TUTTI_RETURN_IF_ERROR(meetError(run, control_->run(run.meet)));  // sleeps on its doorbell
         else
-          TUTTI_RETURN_IF_ERROR(control_->progress(run.meet, moved));
+          TUTTI_RETURN_IF_ERROR(meetError(run, control_->progress(run.meet, moved)));
         if (!run.meet.done) return Status();
         TUTTI_RETURN_IF_ERROR(barrierResult(run));
         run.local = Status();
@@ -656,7 +691,7 @@ void DeviceIpc::quiesce(IpcRun& run) {
 
 Status DeviceIpc::check(const IpcRun& run, Clock::duration idle) const {
   if (run.phase != IpcRun::Phase::kBarrier) return Status();
-  return control_->check(run.meet, idle);
+  return meetError(run, control_->check(run.meet, idle));
 }
 
 }  // namespace tutti::core

@@ -76,6 +76,10 @@ struct IpcOp {
   const void* scalar = nullptr;
   bool scalarOnDevice = false;
   Queue stream = nullptr;
+  // What the caller called, for the fingerprint the barriers carry: the
+  // ncclRedOp_t as called and the collective call number (Op::call).
+  int redop = 0;
+  uint64_t call = 0;
 };
 
 // One device-IPC collective in progress (DeviceIpc::start, progress): the
@@ -142,6 +146,8 @@ class DeviceIpc {
   // Posts the barrier that carries run.local to every rank.
   void postBarrier(IpcRun& run);
   // The barrier's answer: run.local, else the first rank's error.
+  // A mismatch the barrier's arena found, told as one of the device path.
+  Status meetError(const IpcRun& run, const Status& st) const;
   Status barrierResult(const IpcRun& run) const;
   // After the current step's device work: its barrier, or the next step.
   void endStep(IpcRun& run);

@@ -378,6 +378,8 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
 IpcOp ipcOpOf(const Op& o) {
   IpcOp x{o.coll, o.send, o.recv, o.count, o.dt, elemSize(o.dt), o.root};
   x.stream = o.stream;
+  x.redop = o.op;
+  x.call = o.call;
   if (isReducing(o.coll)) {
     if (o.op < ncclNumOps) {
       x.reduceOp = o.op;  // ncclSum..ncclAvg equal TUTTI_PLUGIN_OP_SUM..AVG

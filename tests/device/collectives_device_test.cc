@@ -203,6 +203,39 @@ TEST_P(DeviceCollectives, EveryCollectiveIsExact) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectives, ::testing::Values(1, 2, 3, 5));
 
+// Calls that do not match between ranks fail on the device-to-device path
+// too (issue 28): each of its barriers carries a fingerprint of the call, and
+// the first barrier comes before any rank reads a peer's buffer. Here ranks
+// disagree on the reduction, on the datatype (of one size) and on the root:
+// without the fingerprint the all-reduce returned a mix of sum and max, with
+// success on both ranks.
+TEST(DeviceBuffers, MismatchedCallsFailOnTheDevicePath) {
+  if (!ipcExpected(2)) GTEST_SKIP() << "no device-to-device path with " << backendName();
+  Env env({std::make_pair("TUTTI_TIMEOUT", "20")});
+  enum { kOp, kType, kRoot };
+  for (int c : {kOp, kType, kRoot}) {
+    SCOPED_TRACE(c == kOp ? "op" : c == kType ? "datatype" : "root");
+    runRanks(2, [&](int r, ncclComm_t comm) {
+      const size_t count = 70000;
+      DevInts send(count), recv(count);
+      send.put(rankData(r, count));
+      const uint64_t before = comm->impl()->deviceIpc()->operations();
+      ncclResult_t rc = ncclInternalError;
+      if (c == kOp)
+        rc = ncclAllReduce(send.p, recv.p, count, ncclInt32, r ? ncclMax : ncclSum, comm, nullptr);
+      else if (c == kType)
+        rc = ncclAllReduce(send.p, recv.p, count, r ? ncclUint32 : ncclInt32, ncclSum, comm,
+                           nullptr);
+      else
+        rc = ncclBroadcast(send.p, recv.p, count, ncclInt32, r, comm, nullptr);
+      EXPECT_EQ(rc, ncclInvalidUsage) << "rank " << r;
+      EXPECT_NE(std::string(ncclGetLastError(comm)).find("collective mismatch"), std::string::npos)
+          << "rank " << r << ": " << ncclGetLastError(comm);
+      EXPECT_EQ(comm->impl()->deviceIpc()->operations(), before + 1) << "took another path";
+    });
+  }
+}
+
 // One thread drives every rank (ncclCommInitAll, one group over all the
 // communicators): the ranks must progress together, so every communicator's
 // device-to-device collectives and its staged operations (here a ring of
