@@ -261,6 +261,15 @@ bool trial(int n, uint64_t seed, Tally* t) {
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     if (!ended[r]) {
+      // Where it hangs, for the one who has to find out: every thread's
+      // stack, with gdb, into DEATH_SHRINK_STACKS_DIR (bench/fault/death_shrink.sh -g).
+      if (const char* dir = getenv("DEATH_SHRINK_STACKS_DIR")) {
+        const std::string cmd = "gdb -p " + std::to_string(pids[r]) +
+                                " -batch -ex 'thread apply all bt' > " + dir + "/seed" +
+                                std::to_string(seed) + "-rank" + std::to_string(r) +
+                                ".txt 2>&1";
+        if (system(cmd.c_str()) != 0) fprintf(stderr, "death_shrink: gdb failed (%s)\n", cmd.c_str());
+      }
       kill(pids[r], SIGKILL);
       waitpid(pids[r], &status[r], 0);
       ++hung;
