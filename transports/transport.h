@@ -93,8 +93,9 @@ class ControlChannel {
     (void)abortFlag;
     return recv(peer, tag);
   }
-  // An error when `peer` has said it gave up after an error of its own (it
-  // will take part in no handshake: waiting for it is pointless), else ok.
+  // An error when `peer` has said it gave up after an error of its own, or
+  // is a process of this host that no longer exists (it will take part in
+  // no handshake: waiting for it is pointless), else ok.
   // Handshake waits ask it every slice (handshake_util.h: checkWait).
   virtual Status gaveUp(int peer) {
     (void)peer;

@@ -839,8 +839,13 @@ Status Bootstrap::gaveUpLocked(int peer) const {
 
 Status Bootstrap::gaveUp(int peer) {
   if (peer < 0 || peer >= nranks_) return Status::ok();
-  std::lock_guard<std::mutex> lk(mu_);
-  return gaveUpLocked(peer);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TUTTI_RETURN_IF_ERROR(gaveUpLocked(peer));
+  }
+  // A peer of this host that died sends no notice: a handshake with it
+  // (its connect or accept, retried until the deadline) ends now.
+  return localPeersAlive(peer);
 }
 
 Result<std::vector<uint8_t>> Bootstrap::recvUntil(int peer, uint64_t tag, net::Clock::time_point dl,

@@ -166,7 +166,8 @@ class Bootstrap : public transport::ControlChannel {
   Result<std::vector<uint8_t>> recvUntil(int peer, uint64_t tag, net::Clock::time_point deadline,
                                          const std::atomic<bool>* abortFlag) override;
   // A failure notice from `peer` has arrived (left in the mailbox for
-  // Comm::noticeFrom): its reason as an error.
+  // Comm::noticeFrom): its reason as an error; or `peer` is on this host and
+  // its process is gone.
   Status gaveUp(int peer) override;
   // send() with its own deadline (best-effort notices to peers that may be gone).
   Status sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
