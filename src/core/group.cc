@@ -91,6 +91,7 @@ bool oneShotOp(const Op& o, OneShotOp* out) {
   out->root = o.root;
   out->redop = o.op;
   out->call = o.call;
+  out->part = o.part;
   return true;
 }
 
@@ -352,6 +353,7 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
     probe.dt = ncclFloat32;
     probe.op = ncclMax;
     probe.call = scaled[i][0]->call;  // every rank agrees the scales of the same calls
+    probe.part = true;
     works.emplace_back();
     TUTTI_RETURN_IF_ERROR(buildWork(*comms[i], {&probe}, &works.back()));
   }

@@ -365,7 +365,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     seg_->seq(rank_, slot).store(c, std::memory_order_release);
     op.global = nextGlobal_++;
     seg_->postedSignature(rank_).store(sig, std::memory_order_relaxed);
-    seg_->postedCall(rank_).store(op.call + 1, std::memory_order_relaxed);
+    seg_->postedCall(rank_).store(op.part ? 0 : op.call + 1, std::memory_order_relaxed);
     seg_->posted(rank_).store(op.global << 1 | static_cast<uint64_t>(cls),
                               std::memory_order_release);
     ringPeers();

@@ -78,6 +78,7 @@ struct OneShotOp {
   int root = 0;
   int redop = 0;        // ncclRedOp_t as called (checked across ranks with the rest)
   uint64_t call = 0;    // Op::call: its number among the communicator's collective calls
+  bool part = false;    // Op::part: a part of that call, not the call itself
   bool direct = false;  // single-copy: peers read this rank's send buffer
   // Progress state.
   uint8_t cls = 0;         // slot class (OneShot::classOf), set when posted

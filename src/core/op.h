@@ -39,6 +39,10 @@ struct Op {
   // ended there when it has run.
   static constexpr uint64_t kNotRecorded = ~uint64_t{0};
   uint64_t rec = kNotRecorded;
+  // A part of call `call` run on its own before it (the fp16 scale probe),
+  // not the call itself: it does not stand for the call in the node arena
+  // (OneShot::postedAsCall).
+  bool part = false;
   // Compressed all-reduce (float32): wire format, residuals and counter;
   // needsScale: fp16 whose scale exponent all ranks agree on when it runs.
   algo::WireSpec wire{};
