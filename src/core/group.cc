@@ -831,8 +831,12 @@ RunResult runAlone(const Op& op) {
   const Op* ops[1] = {&op};
   std::unique_ptr<Plan> uncached;
   auto plan = preparePlan(comm, ops, 1, &uncached);
-  if (!plan) return {plan.status(), &comm};
+  if (!plan) {
+    comm.recorder().ended(op.rec, false);
+    return {plan.status(), &comm};
+  }
   Status st = execute((*plan)->ptrs);
+  comm.recorder().ended(op.rec, st.isOk());  // under the mutex (runOne)
   return st ? RunResult{} : ofGroup(st, {&comm});
 }
 
@@ -872,15 +876,11 @@ Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count
   return o;
 }
 
-static RunResult runOneUnrecorded(const Op& op);
-
+// Each path marks its operations ended in the flight recorder while it holds
+// the communicator's mutex: once it is released, an ncclCommAbort from
+// another thread may free the communicator (capi's destroyComm waits for
+// that mutex, not for this call to return).
 RunResult runOne(const Op& op) {
-  RunResult r = runOneUnrecorded(op);
-  op.comm->recorder().ended(op.rec, r.status.isOk());
-  return r;
-}
-
-static RunResult runOneUnrecorded(const Op& op) {
   Comm& comm = *op.comm;
   log::setThreadRank(comm.rank());
   // (Device backends stage buffers in runGroup.)
@@ -890,6 +890,7 @@ static RunResult runOneUnrecorded(const Op& op) {
       // The latency path: no group bookkeeping, no schedule, no executor.
       std::lock_guard<std::mutex> lk(comm.mutex());
       Status st = comm.oneShot()->run(small);
+      comm.recorder().ended(op.rec, st.isOk());
       return st ? RunResult{} : RunResult{st, &comm};
     }
     // A plain collective on its own: what a group would do for it, without the group.
@@ -901,15 +902,7 @@ static RunResult runOneUnrecorded(const Op& op) {
   return runGroup(one);
 }
 
-static RunResult runGroupUnrecorded(std::vector<Op>& all);
-
 RunResult runGroup(std::vector<Op>& all) {
-  RunResult r = runGroupUnrecorded(all);
-  for (const Op& o : all) o.comm->recorder().ended(o.rec, r.status.isOk());
-  return r;
-}
-
-static RunResult runGroupUnrecorded(std::vector<Op>& all) {
   if (all.empty()) return {};
   // Per communicator in first-use order.
   std::vector<Comm*> comms;
@@ -926,6 +919,15 @@ static RunResult runGroupUnrecorded(std::vector<Op>& all) {
   std::sort(lockOrder.begin(), lockOrder.end());
   std::vector<std::unique_lock<std::mutex>> locks;
   for (Comm* c : lockOrder) locks.emplace_back(c->mutex());
+  // Declared after the locks, so run before they are released (runOne).
+  RunResult result;
+  struct MarkEnded {
+    std::vector<Op>& all;
+    const RunResult& r;
+    ~MarkEnded() {
+      for (const Op& o : all) o.comm->recorder().ended(o.rec, r.status.isOk());
+    }
+  } mark{all, result};
   // Device IPC: a communicator's raw collectives of the agreed size run
   // device to device, in call order, as executor work beside everything
   // else (one thread progresses them all, as the ranks of one group must
@@ -945,12 +947,12 @@ static RunResult runGroupUnrecorded(std::vector<Op>& all) {
   std::vector<Comm*> staged;
   for (Comm* c : comms)
     if (!byComm[c].empty()) staged.push_back(c);
-  if (!staged.empty()) return runStaged(staged, byComm, ipcWork);
+  if (!staged.empty()) return result = runStaged(staged, byComm, ipcWork);
   std::vector<Work*> ptrs;
   for (Work& w : ipcWork) ptrs.push_back(&w);
   Status st = ptrs.empty() ? Status::ok() : execute(ptrs);
-  if (!st) return ofGroup(st, comms);
-  return {};
+  if (!st) return result = ofGroup(st, comms);
+  return result;
 }
 
 bool runsOnEngine(Comm& comm, Queue stream) {
