@@ -225,6 +225,9 @@ class Comm {
 
   // The last operations given to this communicator (core/flight_recorder.h),
   // dumped once, at its first failure or at an abort with one pending.
+  // Operations are recorded in core::apiOp and marked ended by the path that
+  // ran them while it holds mutex() (core/group.cc: after that, an abort
+  // from another thread may free this communicator).
   FlightRecorder& recorder() { return recorder_; }
   void dumpFlightRecorder(const std::string& reason);
   // The progress engine (core/engine.h), started on first use, and a wait
@@ -250,7 +253,7 @@ class Comm {
   // Records the first error; later operations fail fast with it.
   void setError(const Status& st);
   Status error() const;
-  // Ok while operations may run: not in error state, not aborted.
+  // Ok while operations may run: not in error state, not aborted, not revoked.
   Status usable() const;
   // The error of every operation of a revoked communicator.
   static Status revokedError();
