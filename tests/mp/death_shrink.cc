@@ -45,23 +45,13 @@ namespace {
 
 using namespace tutti::test;
 
+// Per buffer of a collective (smaller under a sanitizer: kDetectLimitS).
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-// Under a sanitizer (scripts/sanitize.sh: 8 instrumented processes on the
-// machine's cores beside other tests) the point is no hang, no crash, no
-// wrong data and the right rank named; the time bound is the normal build's.
-constexpr double kDetectLimitS = 15.0;
 constexpr size_t kMaxBytes = 1 << 20;
 #else
-constexpr double kDetectLimitS = 5.0;   // the bound on detection
-constexpr size_t kMaxBytes = 16 << 20;  // per buffer of a collective
+constexpr size_t kMaxBytes = 16 << 20;
 #endif
 constexpr double kTrialLimitS = 90.0;  // a survivor still running then is hung
-
-double now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 // What a survivor tells the parent (one write, below PIPE_BUF: atomic).
 struct Report {

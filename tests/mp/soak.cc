@@ -46,18 +46,7 @@ namespace {
 
 using namespace tutti::test;
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr double kDetectLimitS = 15.0;  // as in death_shrink.cc
-#else
-constexpr double kDetectLimitS = 5.0;
-#endif
 constexpr double kRoundLimitS = 120.0;  // a rank still running then is hung
-
-double now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct Options {
   int rounds = 6;
