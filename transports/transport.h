@@ -71,6 +71,19 @@ class Connection {
   virtual Result<bool> progress() { return true; }
   // Cheap liveness check used when a wait has made no progress for a while.
   virtual Status checkAlive() { return Status::ok(); }
+  // What the network below a connection says of its sending side, counted
+  // since it was opened (optional: false when the transport cannot tell):
+  // bytes the peer acknowledged, and microseconds during which data was on
+  // its way and the network, not the receiver's window, set the pace. Their
+  // ratio is the link's rate while busy (core/telemetry.h).
+  struct LinkCounters {
+    uint64_t bytesAcked = 0;
+    uint64_t busyUs = 0;
+  };
+  virtual bool linkCounters(LinkCounters* out) const {
+    (void)out;
+    return false;
+  }
   virtual void abort() {}
   virtual const char* name() const = 0;
 };

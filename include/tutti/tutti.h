@@ -179,6 +179,38 @@ ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
  * destroyed comm, a NULL count, or a NULL ranks with capacity > 0. */
 ncclResult_t tuttiCommWaitingOn(ncclComm_t comm, int* ranks, int capacity, int* count);
 
+/* Stragglers as this rank measured them in its last collective that
+ * exchanged messages (docs/api.md, "Stragglers"): one row per peer it
+ * received from (kind tuttiStragglerObserved), then the late rank and the
+ * slow link its view names, if any, with the operations in a row they held.
+ * Collectives on the one-shot and device-IPC paths send no messages and are
+ * not measured. */
+typedef enum {
+  tuttiStragglerObserved = 0, /* rank: this rank; peer: a rank it received from */
+  tuttiStragglerLate = 1,     /* rank: the rank that arrives late; peer: -1 */
+  tuttiStragglerSlowLink = 2  /* the link from peer to rank */
+} tuttiStragglerKind_t;
+
+typedef struct {
+  int kind; /* tuttiStragglerKind_t */
+  int rank;
+  int peer;
+  /* observed: how much later than this rank the peer started (ms, negative:
+   * earlier); late: by how much (ms) */
+  double lateMs;
+  /* observed: the rate of the link from this rank to the peer; slow link:
+   * its rate while saturated (MB/s, 0: not measured) */
+  double mbps;
+  double ratio;           /* slow link: how many times slower than the reference */
+  unsigned long long ops; /* late and slow link: measured operations in a row */
+} tuttiStraggler_t;
+
+/* Writes up to `capacity` rows into `rows` and how many there are into
+ * *count (which may exceed `capacity`). Callable from any thread.
+ * ncclInvalidArgument for a NULL or destroyed comm, a NULL count, or a NULL
+ * rows with capacity > 0. */
+ncclResult_t tuttiCommStragglers(ncclComm_t comm, tuttiStraggler_t* rows, int capacity, int* count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -272,6 +272,8 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_HOST_ID", false, Effect::kHonoured, "node identity"},
     {"TUTTI_TEST_NODES", false, Effect::kHonoured, "testing: ranks per pretend node"},
     {"TUTTI_TEST_THROTTLE", false, Effect::kHonoured, "testing: throttle one channel"},
+    {"TUTTI_TEST_LINK_MBPS", false, Effect::kHonoured,
+     "testing: from:to:MBps,... (* any rank), network links that run at those rates"},
     {"TUTTI_TOPO_FILE", false, Effect::kHonoured, "hwloc XML topology instead of discovery"},
     {"TUTTI_TOPO_DUMP_FILE", false, Effect::kHonoured, "write the topology as hwloc XML"},
     {"TUTTI_TOPO_READER", false, Effect::kHonoured,

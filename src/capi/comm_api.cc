@@ -175,7 +175,8 @@ TUTTI_PNCCL(ncclCommInitAll)
 TUTTI_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                      ncclConfig_t* config) {
   return guard("ncclCommSplit", [&]() -> ncclResult_t {
-    if (ncclResult_t rc = checkComm(comm, "ncclCommSplit", true, true); rc != ncclSuccess) return rc;
+    if (ncclResult_t rc = checkComm(comm, "ncclCommSplit", true, true); rc != ncclSuccess)
+      return rc;
     if (!newcomm) return fail(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL", comm);
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
       return fail(ncclInvalidArgument, fmt::format("ncclCommSplit: invalid color {}", color), comm);
@@ -200,7 +201,8 @@ TUTTI_PNCCL(ncclCommSplit)
 TUTTI_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                       ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   return guard("ncclCommShrink", [&]() -> ncclResult_t {
-    if (ncclResult_t rc = checkComm(comm, "ncclCommShrink", true, true); rc != ncclSuccess) return rc;
+    if (ncclResult_t rc = checkComm(comm, "ncclCommShrink", true, true); rc != ncclSuccess)
+      return rc;
     if (!newcomm) return fail(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL", comm);
     *newcomm = nullptr;
     ncclConfig_t inherit = NCCL_CONFIG_INITIALIZER;
@@ -240,25 +242,25 @@ TUTTI_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 TUTTI_PNCCL(ncclCommFinalize)
 
-TUTTI_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  return guard("ncclCommDestroy", [&] {
-    if (!comm) return ncclSuccess;  // like NCCL: destroying NULL is a no-op
-    ncclResult_t rc = checkComm(comm, "ncclCommDestroy", false);
-    if (rc != ncclSuccess) return rc;
-    destroyComm(comm, false);
-    return ncclSuccess;
+namespace {
+// Destroy (after the operations in flight) or abort; NULL is a no-op, as in NCCL.
+ncclResult_t endComm(const char* fn, ncclComm_t comm, bool abort) {
+  return guard(fn, [&] {
+    if (!comm) return ncclSuccess;
+    ncclResult_t rc = checkComm(comm, fn, false);
+    if (rc == ncclSuccess) destroyComm(comm, abort);
+    return rc;
   });
+}
+}  // namespace
+
+TUTTI_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return endComm("ncclCommDestroy", comm, false);
 }
 TUTTI_PNCCL(ncclCommDestroy)
 
 TUTTI_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  return guard("ncclCommAbort", [&] {
-    if (!comm) return ncclSuccess;
-    ncclResult_t rc = checkComm(comm, "ncclCommAbort", false);
-    if (rc != ncclSuccess) return rc;
-    destroyComm(comm, true);
-    return ncclSuccess;
-  });
+  return endComm("ncclCommAbort", comm, true);
 }
 TUTTI_PNCCL(ncclCommAbort)
 
@@ -290,53 +292,66 @@ TUTTI_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyn
 }
 TUTTI_PNCCL(ncclCommGetAsyncError)
 
-TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  return guard("ncclCommCount", [&] {
-    ncclResult_t rc = checkComm(comm, "ncclCommCount", false);
+namespace {
+// The communicator's facts: its rank count and this rank's number wait for
+// a split's exchange (ncclInProgress until it has run); the device does not.
+template <class Get>
+ncclResult_t factOf(const char* fn, ncclComm_t comm, int* out, const char* name, bool afterArgs,
+                    Get get) {
+  return guard(fn, [&] {
+    ncclResult_t rc = checkComm(comm, fn, false);
     if (rc != ncclSuccess) return rc;
-    if (!count) return fail(ncclInvalidArgument, "ncclCommCount: count is NULL", comm);
-    if (!comm->init.argsKnown()) return ncclInProgress;  // a split's exchange still runs
-    *count = comm->nranks();
+    if (!out) return fail(ncclInvalidArgument, fmt::format("{}: {} is NULL", fn, name), comm);
+    if (afterArgs && !comm->init.argsKnown()) return ncclInProgress;
+    *out = get();
     return ncclSuccess;
   });
+}
+}  // namespace
+
+TUTTI_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return factOf("ncclCommCount", comm, count, "count", true, [&] { return comm->nranks(); });
 }
 TUTTI_PNCCL(ncclCommCount)
 
 TUTTI_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  return guard("ncclCommCuDevice", [&] {
-    ncclResult_t rc = checkComm(comm, "ncclCommCuDevice", false);
-    if (rc != ncclSuccess) return rc;
-    if (!device) return fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL", comm);
-    *device = comm->device();  // 0 on the CPU backend (docs/api.md)
-    return ncclSuccess;
-  });
+  // 0 on the CPU backend (docs/api.md).
+  return factOf("ncclCommCuDevice", comm, device, "device", false, [&] { return comm->device(); });
 }
 TUTTI_PNCCL(ncclCommCuDevice)
 
 TUTTI_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  return guard("ncclCommUserRank", [&] {
-    ncclResult_t rc = checkComm(comm, "ncclCommUserRank", false);
-    if (rc != ncclSuccess) return rc;
-    if (!rank) return fail(ncclInvalidArgument, "ncclCommUserRank: rank is NULL", comm);
-    if (!comm->init.argsKnown()) return ncclInProgress;  // a split's exchange still runs
-    *rank = comm->rank();
-    return ncclSuccess;
-  });
+  return factOf("ncclCommUserRank", comm, rank, "rank", true, [&] { return comm->rank(); });
 }
 TUTTI_PNCCL(ncclCommUserRank)
 
-TUTTI_API ncclResult_t tuttiCommWaitingOn(ncclComm_t comm, int* ranks, int capacity, int* count) {
-  return guard("tuttiCommWaitingOn", [&] {
-    ncclResult_t rc = checkComm(comm, "tuttiCommWaitingOn", false);
+namespace {
+// tutti.h's lists of what the core knows: the checks, then up to `capacity`
+// items (none while the communicator's initialisation has not finished).
+template <class T, class List>
+ncclResult_t listOf(const char* fn, ncclComm_t comm, T* out, int capacity, int* count, List list) {
+  return guard(fn, [&] {
+    ncclResult_t rc = checkComm(comm, fn, false);
     if (rc != ncclSuccess) return rc;
-    if (!count || capacity < 0 || (capacity > 0 && !ranks))
+    if (!count || capacity < 0 || (capacity > 0 && !out))
       return fail(ncclInvalidArgument,
-                  "tuttiCommWaitingOn: count is NULL, capacity negative, or ranks NULL", comm);
-    // Nothing runs on a communicator whose initialisation has not finished.
-    std::vector<int> w;
-    if (comm->init.state() == tutti::Code::kOk) w = comm->impl()->waitingOn();
-    *count = static_cast<int>(w.size());
-    std::copy_n(w.begin(), std::min(capacity, *count), ranks);
+                  std::string(fn) + ": count is NULL, capacity negative, or the array NULL", comm);
+    std::vector<T> v;
+    if (comm->init.state() == tutti::Code::kOk) v = list(*comm->impl());
+    *count = static_cast<int>(v.size());
+    std::copy_n(v.begin(), std::min(capacity, *count), out);
     return ncclSuccess;
   });
+}
+}  // namespace
+
+TUTTI_API ncclResult_t tuttiCommWaitingOn(ncclComm_t comm, int* ranks, int capacity, int* count) {
+  return listOf("tuttiCommWaitingOn", comm, ranks, capacity, count,
+                [](core::Comm& c) { return c.waitingOn(); });
+}
+
+TUTTI_API ncclResult_t tuttiCommStragglers(ncclComm_t comm, tuttiStraggler_t* rows, int capacity,
+                                           int* count) {
+  return listOf("tuttiCommStragglers", comm, rows, capacity, count,
+                [](core::Comm& c) { return c.telemetry().report(); });
 }

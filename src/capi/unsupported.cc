@@ -126,40 +126,23 @@ TUTTI_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const devapi::DevComm
 }
 TUTTI_PNCCL(ncclDevCommDestroy)
 
-// Not supported: returns the empty team {nRanks 0, rank 0, stride 0}.
-TUTTI_API devapi::Team ncclTeamWorld(ncclComm_t comm) {
-  (void)notSupported("ncclTeamWorld", comm);
-  return devapi::kEmptyTeam;
-}
-TUTTI_PNCCL(ncclTeamWorld)
-
-// Not supported: returns the empty team.
-TUTTI_API devapi::Team ncclTeamLsa(ncclComm_t comm) {
-  (void)notSupported("ncclTeamLsa", comm);
-  return devapi::kEmptyTeam;
-}
-TUTTI_PNCCL(ncclTeamLsa)
-
-// Not supported: returns the empty team.
-TUTTI_API devapi::Team ncclTeamRail(ncclComm_t comm) {
-  (void)notSupported("ncclTeamRail", comm);
-  return devapi::kEmptyTeam;
-}
-TUTTI_PNCCL(ncclTeamRail)
-
-// Not supported: returns -1 (no such rank) rather than 0, which is a valid rank.
-TUTTI_API int ncclTeamRankToWorld(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
-  (void)notSupported("ncclTeamRankToWorld", comm);
-  return devapi::kNoRank;
-}
-TUTTI_PNCCL(ncclTeamRankToWorld)
-
-// Not supported: returns -1 (no such rank).
-TUTTI_API int ncclTeamRankToLsa(ncclComm_t comm, devapi::Team /*team*/, int /*rank*/) {
-  (void)notSupported("ncclTeamRankToLsa", comm);
-  return devapi::kNoRank;
-}
-TUTTI_PNCCL(ncclTeamRankToLsa)
+// Not supported: the teams are empty ({nRanks 0, rank 0, stride 0}); a rank
+// maps to -1 (no such rank) rather than 0, which is a valid rank.
+#define TUTTI_NO_TEAM(fn)                                     \
+  TUTTI_API devapi::Team fn(ncclComm_t comm) {                \
+    return (void)notSupported(#fn, comm), devapi::kEmptyTeam; \
+  }                                                           \
+  TUTTI_PNCCL(fn)
+#define TUTTI_NO_TEAM_RANK(fn)                             \
+  TUTTI_API int fn(ncclComm_t comm, devapi::Team, int) {   \
+    return (void)notSupported(#fn, comm), devapi::kNoRank; \
+  }                                                        \
+  TUTTI_PNCCL(fn)
+TUTTI_NO_TEAM(ncclTeamWorld)
+TUTTI_NO_TEAM(ncclTeamLsa)
+TUTTI_NO_TEAM(ncclTeamRail)
+TUTTI_NO_TEAM_RANK(ncclTeamRankToWorld)
+TUTTI_NO_TEAM_RANK(ncclTeamRankToLsa)
 
 TUTTI_API ncclResult_t ncclLsaBarrierCreateRequirement(
     devapi::Team /*team*/, int /*nBarriers*/, devapi::LsaBarrierHandle* /*outHandle*/,

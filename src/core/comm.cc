@@ -20,6 +20,7 @@
 #include "topology/topology.h"
 #include "transports/ncclnet/nccl_net.h"
 #include "transports/net_stream.h"
+#include "transports/rate_limit.h"
 
 namespace tutti::core {
 namespace {
@@ -105,6 +106,37 @@ int deviceNumaNode(const topo::Topology& t, Backend& backend, int device, int ra
   return node;
 }
 
+// TUTTI_TEST_LINK_MBPS="from:to:MBps,..." (a rank or * for any; later
+// entries override earlier ones; a rank the communicator does not have
+// matches nothing): the rate of this rank's link to each peer (0: not
+// limited).
+Result<std::vector<double>> linkRates(const std::string& spec, int rank, int nranks) {
+  std::vector<double> out(nranks, 0);
+  auto rankOf = [&](const std::string& f, int* r) {
+    if (f == "*") return *r = -1, true;
+    char* end = nullptr;
+    const long v = std::strtol(f.c_str(), &end, 10);
+    return !f.empty() && *end == 0 && v >= 0 && v < (1 << 24) && (*r = static_cast<int>(v), true);
+  };
+  for (size_t at = 0; at <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string e = spec.substr(at, comma - at);
+    at = comma + 1;
+    const size_t c1 = e.find(':'), c2 = c1 == std::string::npos ? c1 : e.find(':', c1 + 1);
+    int from = -1, to = -1;
+    char* end = nullptr;
+    const double mbps = c2 == std::string::npos ? 0 : std::strtod(e.c_str() + c2 + 1, &end);
+    if (c2 == std::string::npos || *end != 0 || !(mbps > 0) || !rankOf(e.substr(0, c1), &from) ||
+        !rankOf(e.substr(c1 + 1, c2 - c1 - 1), &to))
+      return invalidArgument("TUTTI_TEST_LINK_MBPS='" + spec + "': '" + e +
+                             "' is not from:to:MBps (ranks or *, a rate above 0)");
+    if (from < 0 || from == rank)
+      for (int q = 0; q < nranks; ++q)
+        if (to < 0 || to == q) out[q] = mbps;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int nranks,
@@ -117,6 +149,7 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   c->config_ = config;
   c->backend_ = backend;
   c->device_ = device;
+  c->telemetry_ = std::make_unique<Telemetry>(c.get());
   log::setThreadRank(rank);
   // Once per process: NCCL_* settings that do nothing here are named at WARN.
   params::reportEnvironment();
@@ -145,6 +178,10 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
       c->throttledChannel_ = std::atoi(throttle.substr(0, colon).c_str());
       c->throttleUs_ = std::atoi(throttle.substr(colon + 1).c_str());
     }
+  }
+
+  if (auto rates = params::get("TUTTI_TEST_LINK_MBPS")) {
+    TUTTI_ASSIGN_OR_RETURN(c->linkMBps_, linkRates(*rates, rank, nranks));
   }
 
   c->algoEnv_ = params::getStr("NCCL_ALGO", "");
@@ -233,7 +270,7 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
     int32_t compression;  // TUTTI_COMPRESSION: 0 off, 1 fp16, 2 bf16
     uint64_t compressionMinBytes;
     int32_t sharedMemory;  // every peer through shared memory (as this rank connects)
-    int32_t reserved;      // zero: no uninitialised padding on the wire
+    int32_t interKnown;    // the inter-node bandwidth was measured or given, not a default
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   algo::CostModel mine;
@@ -261,11 +298,12 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
                 compression,
                 compressionMinBytes_,
                 static_cast<int32_t>(shm),
-                0};
+                static_cast<int32_t>(t.interBandwidthGBs.has_value() || probe.has_value())};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
   costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
+  knownInterMBps_ = c.interKnown ? c.interBandwidthGBs * 1000 : 0;
   if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_))
     TUTTI_WARN(
         "TUTTI_RD_MAX or NCCL_ALGO differ from rank 0's; rank 0's settings apply so that "
@@ -719,6 +757,9 @@ Status Comm::ensureConnected(const std::vector<int>& wanted) {
 
 Status Comm::connectPair(int peer) {
   transport::Transport* t = transportFor(peer);
+  std::shared_ptr<transport::TokenBucket> link;  // TUTTI_TEST_LINK_MBPS: one per link
+  if (!linkMBps_.empty() && linkMBps_[peer] > 0 && t != shm_.get())
+    link = std::make_shared<transport::TokenBucket>(linkMBps_[peer]);
   for (int ch = 0; ch < nChannels_; ++ch) {
     transport::ConnectContext ctx;
     ctx.rank = rank_;
@@ -750,6 +791,9 @@ Status Comm::connectPair(int peer) {
       return conn.status().withContext(
           fmt::format("connecting to {} over {} (channel {})", describePeer(peer), t->name(), ch));
     channels_[peer][ch].conn = std::move(conn.value());
+    if (link)
+      channels_[peer][ch].conn = std::make_unique<transport::RateLimitedConnection>(
+          std::move(channels_[peer][ch].conn), link);
   }
   TUTTI_INFO(log::kInit | log::kNet, "rank {} -> rank {} via {} ({}, {} channels)", rank_, peer,
              t->name(), describePeer(peer), nChannels_);

@@ -38,6 +38,7 @@
 #include "core/oneshot.h"
 #include "core/op.h"
 #include "core/staging.h"
+#include "core/telemetry.h"
 #include "core/wire_header.h"
 #include "transports/transport.h"
 
@@ -230,6 +231,13 @@ class Comm {
   // from another thread may free this communicator).
   FlightRecorder& recorder() { return recorder_; }
   void dumpFlightRecorder(const std::string& reason);
+  // Late ranks and slow links, measured by the executor on every message
+  // (core/telemetry.h).
+  Telemetry& telemetry() { return *telemetry_; }
+  // The inter-node bandwidth in MB/s when the link probe measured it or the
+  // topology file gave it (rank 0's, as every rank agreed at init); 0 when
+  // the cost model has only its default.
+  double knownInterMBps() const { return knownInterMBps_; }
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -373,11 +381,14 @@ class Comm {
   size_t chunkBytes_ = 512 << 10, bufferBytes_ = 4 << 20, rdMaxBytes_ = 64 << 10;
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;
+  double knownInterMBps_ = 0;
+  std::vector<double> linkMBps_;  // TUTTI_TEST_LINK_MBPS: per peer, the rate of this rank's link
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag
   std::atomic<bool> revoked_{false};    // revoke()
   FlightRecorder recorder_;
   std::atomic<bool> dumped_{false};  // dumpFlightRecorder ran
+  std::unique_ptr<Telemetry> telemetry_;
   mutable std::mutex errMu_;
   Status error_;
   std::atomic<int> asyncError_{0};

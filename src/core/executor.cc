@@ -216,6 +216,7 @@ class Run {
   bool ipcStarted_ = false;
   IpcRun ipcRun_;         // its state (DeviceIpc::start builds it afresh)
   int failedPeer_ = -1;
+  Telemetry* tel_ = nullptr;  // c_'s, while this run's collective is measured
 };
 
 // A call as its fingerprint tells it, for errors: "AllReduce of 1024 x float32
@@ -361,6 +362,15 @@ Status Run::start() {
     if (p.sendsLeft) p.sendSeq = c_->nextSendSeq(p.peer);
     if (p.recvsLeft) p.recvSeq = c_->nextRecvSeq(p.peer);
   }
+  // Telemetry measures collectives (schedules past the point-to-point one)
+  // that exchange messages; it names the latest call among them.
+  tel_ = nullptr;
+  if (!peers_.empty() && w_->schedules.size() > 1) {
+    uint32_t call = 0;
+    for (size_t i = 1; i < w_->sigs.size(); ++i) call = std::max(call, w_->sigs[i].call);
+    tel_ = &c_->telemetry();
+    tel_->begin(call, Clock::now());
+  }
   return Status::ok();
 }
 
@@ -425,7 +435,9 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
                    sd.bytes / sizeof(float), o.wire.data());
         o.payload = o.wire.data();
       }
-      o.hdr = MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag, sigOf(inst)};
+      o.hdr =
+          MsgHeader{p.sendSeq, inst, static_cast<uint32_t>(o.payBytes), sd.tag, sigOf(inst), {}};
+      if (tel_) o.hdr.gossip = tel_->stamp(Clock::now());
       o.hdrSent = o.paySent = 0;
     }
     if (o.hdrSent < kHdr) {
@@ -455,6 +467,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     }
     chan.messagesSent++;
     chan.bytesSent += o.payBytes;
+    if (tel_) tel_->onSent(p.peer, o.payBytes);
     const uint32_t inst = sends_[o.send].inst;
     if (inst < w_->wireBytes.size() && w_->wireBytes[inst]) *w_->wireBytes[inst] += o.payBytes;
     o.send = -1;
@@ -548,6 +561,7 @@ Status Run::progressRecv(PeerRun& p, int ch, bool* progress) {
       rx.hdrGot += *n;
       if (rx.hdrGot < kHdr) return Status::ok();
       rx.haveHeader = true;
+      if (tel_ && rx.hdr.seq == p.recvSeq) tel_->onHeader(p.peer, rx.hdr.gossip, Clock::now());
     }
     if (in.recv < 0) {
       const HeaderVerdict v =
@@ -677,6 +691,10 @@ Status Run::pass(bool* progress, bool alone) {
     if (!*idle) ++unsent_;
   }
   if (unsent_ < unsentBefore) *progress = true;
+  if (tel_ && done()) {
+    tel_->end(Clock::now());
+    tel_ = nullptr;
+  }
   return Status::ok();
 }
 

@@ -68,6 +68,23 @@ inline OpSig p2pSig() {
   return g;
 }
 
+// What a message tells its receiver about the sender's operation and about
+// the stragglers the sender knows of (core/telemetry.h). Hints only: nothing
+// in them decides where bytes go, and a rank out of range is ignored.
+struct Gossip {
+  uint16_t sinceStart = 0;  // units of 64 us from the sender's start of the operation (saturating)
+  uint16_t gap = 0;         // units of 64 us the sender spent outside tutti before it (saturating)
+  uint16_t viewCall = 0;    // low 16 bits of the oldest collective call the view below is from
+  int16_t lateRank = -1;    // the rank the sender's view has arrive late (-1: none)
+  uint16_t lateMs = 0;      // by how much, in ms (saturating)
+  int16_t linkFrom = -1;    // the slowest network link the sender knows (-1: none) ...
+  int16_t linkTo = -1;      // ... from linkFrom to linkTo
+  uint16_t slowMBps = 0;    // its rate, MB/s (saturating)
+  uint16_t fastMBps = 0;    // the fastest saturated network link's the sender knows, MB/s
+  uint8_t reserved[6] = {};
+};
+static_assert(sizeof(Gossip) == 24, "Gossip is wire format");
+
 // Wire header preceding every data message.
 struct MsgHeader {
   uint64_t seq;    // per (sender, receiver) pair: which group/collective
@@ -75,8 +92,9 @@ struct MsgHeader {
   uint32_t bytes;  // payload bytes
   uint64_t tag;    // message within the schedule
   OpSig sig;       // the schedule's operation, as the sender called it
+  Gossip gossip;   // telemetry (not checked by classifyHeader)
 };
-static_assert(sizeof(MsgHeader) == 48, "MsgHeader is wire format");
+static_assert(sizeof(MsgHeader) == 72, "MsgHeader is wire format");
 static_assert(std::is_trivially_copyable_v<MsgHeader>, "MsgHeader is wire format");
 
 // A receive as its messages name it: from whom, of which schedule, with which tag.

@@ -31,6 +31,11 @@
 
 namespace tutti::transport::tcp {
 
+// The kernel's TCP_INFO for socket `fd` as Connection::LinkCounters: bytes
+// acknowledged, and the time busy sending less the time the receive window
+// was the limit (tcp_info.cc).
+bool tcpLinkCounters(int fd, Connection::LinkCounters* out);
+
 class TcpConnection final : public Connection {
  public:
   TcpConnection(int fd, int peer, int channel) : fd_(fd), peer_(peer), channel_(channel) {}
@@ -46,6 +51,7 @@ class TcpConnection final : public Connection {
   Status checkAlive() override;
   void abort() override;
   const char* name() const override { return "tcp"; }
+  bool linkCounters(LinkCounters* out) const override { return tcpLinkCounters(fd_, out); }
 
  private:
   Status ioError(int err, const char* op) const;
