@@ -217,6 +217,7 @@ class Run {
   IpcRun ipcRun_;         // its state (DeviceIpc::start builds it afresh)
   int failedPeer_ = -1;
   Telemetry* tel_ = nullptr;  // c_'s, while this run's collective is measured
+  std::vector<uint64_t> planned_;  // per peer (as peers_): payload bytes it will be sent
 };
 
 // A call as its fingerprint tells it, for errors: "AllReduce of 1024 x float32
@@ -370,6 +371,12 @@ Status Run::start() {
     for (size_t i = 1; i < w_->sigs.size(); ++i) call = std::max(call, w_->sigs[i].call);
     tel_ = &c_->telemetry();
     tel_->begin(call, Clock::now());
+    planned_.assign(peers_.size(), 0);  // what each link will carry
+    for (const FlatRef& f : sends_) {
+      const auto& sd = w_->schedules[f.inst].sends[f.idx];
+      planned_[slot_[sd.peer]] += sd.bytes;
+    }
+    for (size_t i = 0; i < peers_.size(); ++i) tel_->willSend(peers_[i].peer, planned_[i]);
   }
   return Status::ok();
 }

@@ -33,6 +33,7 @@ Telemetry::Telemetry(Comm* comm)
       lateUs_(comm->nranks(), kNone),
       sent_(comm->nranks(), 0),
       seen_(comm->nranks()),
+      based_(comm->nranks(), 0),
       mbps_(comm->nranks(), 0),
       busy_(comm->nranks(), 0),
       avgMBps_(comm->nranks(), 0),
@@ -46,6 +47,7 @@ void Telemetry::begin(uint32_t call, Clock::time_point start) {
   start_ = start;
   std::fill(lateUs_.begin(), lateUs_.end(), kNone);
   std::fill(sent_.begin(), sent_.end(), 0);
+  std::fill(based_.begin(), based_.end(), 0);
   // What is still fresh of the view (link rates reach the others one
   // operation late).
   if (!fresh(static_cast<uint16_t>(late_.call), call)) late_ = Late{};
@@ -122,33 +124,43 @@ void Telemetry::takeLink(const Link& l) {
     link_ = l;
 }
 
-// The links this operation sent enough over, from their connections'
-// counters (see the header). Shared memory has none (it is not a link
-// here), and other transports may have none either.
+// The link to `peer`'s counters, summed over its channels (false when a
+// channel's transport has none: shared memory, net plugins).
+bool Telemetry::countersOf(int peer, transport::Connection::LinkCounters* out) const {
+  *out = {};
+  for (int ch = 0; ch < comm_->nChannels(); ++ch) {
+    transport::Connection::LinkCounters c;
+    const auto& conn = comm_->channel(peer, ch).conn;
+    if (!conn || !conn->linkCounters(&c)) return false;
+    out->bytesAcked += c.bytesAcked;
+    out->busyUs += c.busyUs;
+  }
+  return true;
+}
+
+void Telemetry::willSend(int peer, uint64_t bytes) {
+  if (measuring_ && bytes >= kRateMinBytes && peer >= 0 && peer < nranks_)
+    based_[peer] = countersOf(peer, &seen_[peer]);
+}
+
+// The links this operation sent enough over (see the header): their
+// counters now against those at its start.
 void Telemetry::measureLinks(int64_t tookUs) {
   std::fill(mbps_.begin(), mbps_.end(), 0.0);
   std::fill(busy_.begin(), busy_.end(), 0.0);
   for (int q = 0; q < nranks_; ++q) {
-    if (sent_[q] < kRateMinBytes) continue;
-    transport::Connection::LinkCounters sum, c;
-    bool all = true;
-    for (int ch = 0; ch < comm_->nChannels() && all; ++ch) {
-      const auto& conn = comm_->channel(q, ch).conn;
-      all = conn && conn->linkCounters(&c);
-      sum.bytesAcked += c.bytesAcked;
-      sum.busyUs += c.busyUs;
-    }
-    if (!all) continue;
-    const transport::Connection::LinkCounters last = seen_[q];
-    seen_[q] = sum;
-    if (last.busyUs == 0 && last.bytesAcked == 0) continue;  // the first look
-    const uint64_t busy = sum.busyUs - last.busyUs, acked = sum.bytesAcked - last.bytesAcked;
+    if (!based_[q]) continue;
+    based_[q] = 0;
+    transport::Connection::LinkCounters now;
+    if (sent_[q] < kRateMinBytes || !countersOf(q, &now)) continue;
+    const uint64_t busy = now.busyUs - seen_[q].busyUs;
+    const uint64_t acked = now.bytesAcked - seen_[q].bytesAcked;
     if (busy < kRateMinBusyUs || acked < kRateMinBytes) continue;
-    mbps_[q] = static_cast<double>(acked) / static_cast<double>(busy);  // bytes/us = MB/s
-    // (Busy past the operation's end, the last bytes' acknowledgement, is
-    // counted in the next one's.)
     TUTTI_TRACE(log::kNet, "telemetry: link {} -> {}: {} bytes acknowledged, busy {} us of {} us",
                 rank_, q, acked, busy, tookUs);
+    mbps_[q] = static_cast<double>(acked) / static_cast<double>(busy);  // bytes/us = MB/s
+    // (The acknowledgement of the last bytes may come after the operation
+    // ended on this rank.)
     busy_[q] = std::min(
         1.0, static_cast<double>(busy) / static_cast<double>(std::max<int64_t>(tookUs, 1)));
   }

@@ -5,8 +5,8 @@
 // - Always on, and cheap: the executor reads the clock once per message
 //   sent and once per header received, stamps a 24-byte Gossip on every
 //   message header (core/wire_header.h) and tells this class what arrived
-//   and what left; at the end of an operation that sent kRateMinBytes or
-//   more to a peer over the network, one getsockopt per channel to it.
+//   and what left; an operation that sends kRateMinBytes or more to a peer
+//   over the network reads each channel's counters at its start and end.
 //   Operations of no collective call (point to point) and those that send
 //   no messages (the one-shot and device-IPC paths) are not measured.
 // - Lateness. A sender stamps how long after the start of its operation it
@@ -95,6 +95,9 @@ class Telemetry {
   Gossip stamp(Clock::time_point now) const;
   // A header of this operation from `peer`, complete at `now`.
   void onHeader(int peer, const Gossip& g, Clock::time_point now);
+  // This operation will send `bytes` to `peer` (at its start): enough, and
+  // the link's counters are read now and at the end.
+  void willSend(int peer, uint64_t bytes);
   // A message of `bytes` payload sent to `peer`.
   void onSent(int peer, size_t bytes) {
     if (measuring_) sent_[peer] += bytes;
@@ -131,10 +134,12 @@ class Telemetry {
   Clock::time_point lastEnd_{};
   std::vector<int64_t> lateUs_;  // per peer: least lateness seen (INT64_MIN: none)
   std::vector<uint64_t> sent_;   // per peer: payload bytes sent in this operation
-  // Per peer, the link to it: the connections' counters at the last look
-  // (summed over channels), this operation's rate and busy fraction, and
-  // both smoothed (0: not measured yet).
+  // Per peer, the link to it: the connections' counters at the start of
+  // this operation (summed over channels; `based_`: read), this operation's
+  // rate and busy fraction, and both smoothed (0: not measured yet).
   std::vector<transport::Connection::LinkCounters> seen_;
+  std::vector<uint8_t> based_;
+  bool countersOf(int peer, transport::Connection::LinkCounters* out) const;
   std::vector<double> mbps_, busy_;
   std::vector<double> avgMBps_, avgBusy_;
   static constexpr double kSmoothing = 0.25;  // the weight of each operation's figures
