@@ -68,10 +68,10 @@ namespace tutti::core {
 
 class Comm;
 
-// One piece of a segmented all-reduce (OneShotOp::segs): a group's small
+// One part of a segmented all-reduce (OneShotOp::segs): a group's small
 // all-reduces fused into one arena operation without packing. Each rank
-// writes every piece's input straight into its slot at `off`, and reduces
-// every piece's range of the slots straight into its output.
+// writes every part's input straight into its slot at `off`, and reduces
+// every part's range of the slots straight into the part's output.
 struct OneShotSeg {
   const uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
@@ -91,7 +91,7 @@ struct OneShotOp {
   uint64_t call = 0;    // Op::call: its number among the communicator's collective calls
   bool part = false;    // Op::part: a part of that call, not the call itself
   bool direct = false;  // single-copy: peers read this rank's send buffer
-  // All-reduce only: the pieces whose inputs and outputs stand in for
+  // All-reduce only: the parts whose inputs and outputs stand in for
   // send/recv (which are then unused); count covers all of them. Every input
   // is read (into the slot) before any output is written, as a packed
   // operation would.
