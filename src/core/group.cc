@@ -426,14 +426,8 @@ Work ipcWorkOf(Comm& c, const std::vector<Op*>& ops) {
 // order), so all agree. Data movement is exact; a fused all-reduce may take
 // another algorithm than each alone would (its size decides), so a floating
 // sum's rounding may differ from separate calls, but every rank gets the same
-// bits (a reduce-scatter's reduction order, likewise, may differ). On one
-// host, all-reduces that fit the one-shot slots a few times over need no
-// packing at all (splitForOneShot).
+// bits (a reduce-scatter's reduction order, likewise, may differ).
 constexpr size_t kFuseMaxBytes = 64 << 10;
-// A set of all-reduces of at most this many one-shot slots in all runs as
-// segmented arena operations (splitForOneShot); a larger one as one packed
-// collective, whose algorithm the cost model picks for its size.
-constexpr size_t kSegmentedMaxSlots = 4;
 
 bool sameSpec(const algo::ReduceSpec& a, const algo::ReduceSpec& b) {
   return a.dt == b.dt && a.op == b.op && a.scalar == b.scalar && a.divisor == b.divisor;
@@ -512,51 +506,26 @@ struct FusedSet {
   size_t block = 0;             // bytes of a block
   size_t at = 0;                // offset of the packed buffer in the plan's memory
   Op op;                        // the fused operation (buffers set by place())
-  // An all-reduce on the one-shot path that needs no packed buffer: the
-  // arena operation reads each part's input and writes each part's result
-  // itself (OneShotOp::segs, set at each call by bindPlan).
-  bool segmented = false;
-  std::vector<OneShotSeg> segs;
-  // Segmented: the index in Plan::fused of the first piece cut from the same
-  // set (its own index when it is that first piece). A later piece runs
-  // after the earlier ones wrote their results; the parts of its inputs
-  // that overlap those results are copied into its packed buffer (sized for
-  // that, at `at`) when the call binds, so that every input of the set is
-  // read before any of its results is written, as one packed operation
-  // would have it.
-  size_t family = 0;
   // An all-reduce between ranks runs out of place, its input and its result
   // side by side: in place, the latency algorithm would first copy the whole
   // input aside (recursive doubling sends from it while results land), a
   // third pass over the packed bytes after packing and before unpacking.
   bool outOfPlace(int nranks) const { return op.coll == Collective::kAllReduce && nranks > 1; }
   static size_t aligned(size_t b) { return (b + 63) / 64 * 64; }
-  size_t packedBytes(int nranks, size_t self) const {
-    if (segmented) return family == self ? 0 : block;
+  size_t packedBytes(int nranks) const {
     const bool perRank = op.coll == Collective::kAllGather || op.coll == Collective::kReduceScatter;
     if (outOfPlace(nranks)) return aligned(block) + block;
     return (perRank ? nranks * block : block);
   }
   // The fused operation's buffers in the packed buffer at `base`.
   void place(uint8_t* base, int rank, int nranks) {
-    if (segmented) {
-      op.send = op.recv = nullptr;
-      return;
-    }
     op.send = op.recv = base;
     if (outOfPlace(nranks)) op.recv = base + aligned(block);
     if (op.coll == Collective::kAllGather) op.send = base + rank * block;
     if (op.coll == Collective::kReduceScatter) op.recv = base + rank * block;
   }
   // Each part's input into the packed buffer (before the run).
-  void pack(const Op* const* ops, int rank, int nranks) {
-    if (segmented) {
-      for (size_t j = 0; j < parts.size(); ++j) {
-        segs[j].send = static_cast<const uint8_t*>(ops[parts[j]]->send);
-        segs[j].recv = static_cast<uint8_t*>(ops[parts[j]]->recv);
-      }
-      return;
-    }
+  void pack(const Op* const* ops, int rank, int nranks) const {
     auto* base = static_cast<uint8_t*>(const_cast<void*>(op.send));
     for (size_t j = 0; j < parts.size(); ++j) {
       const auto* in = static_cast<const uint8_t*>(ops[parts[j]]->send);
@@ -579,7 +548,6 @@ struct FusedSet {
   }
   // Each part's result out of the packed buffer (after the run).
   void unpack(const Op* const* ops, int nranks) const {
-    if (segmented) return;  // the arena operation wrote the results
     const auto* base = static_cast<const uint8_t*>(op.recv);
     for (size_t j = 0; j < parts.size(); ++j) {
       auto* out = static_cast<uint8_t*>(ops[parts[j]]->recv);
@@ -600,11 +568,6 @@ struct Plan {
   std::vector<OpShape> shape;
   std::vector<FusedSet> fused;
   size_t packedBytes = 0;  // the fused sets' buffers, at the start of the plan's memory
-  // The last call's buffers of the later pieces' inputs and every piece's
-  // results, and which inputs overlapped an earlier piece's results
-  // (guardPieces): a call with the same buffers reuses the answer.
-  std::vector<const void*> guardKey;
-  std::vector<uint8_t> guardCopy;
   Work work;
   Binding bind;
   std::vector<Work*> ptrs;  // {&work}, for execute()
@@ -613,74 +576,6 @@ struct Plan {
     return k >= 0 ? *ops[k] : fused[-1 - k].op;
   }
 };
-
-// Which inputs of the later pieces of segmented sets overlap a result of an
-// earlier piece of their set (FusedSet::family), one flag per part of those
-// pieces, in the order of Plan::fused: the results of each earlier piece
-// sorted by address, each input looked up in them.
-void findOverlaps(const Plan& p, std::vector<uint8_t>* copy) {
-  copy->clear();
-  std::vector<std::pair<uintptr_t, uintptr_t>> outs;  // [begin, end), sorted by begin
-  std::vector<uintptr_t> reach;                       // the largest end up to each
-  for (size_t i = 0; i < p.fused.size(); ++i) {
-    const FusedSet& f = p.fused[i];
-    if (!f.segmented || f.family == i) continue;
-    outs.clear();
-    for (size_t e = f.family; e < i; ++e)
-      for (const OneShotSeg& g : p.fused[e].segs) {
-        const auto b = reinterpret_cast<uintptr_t>(g.recv);
-        outs.emplace_back(b, b + g.bytes);
-      }
-    std::sort(outs.begin(), outs.end());
-    reach.resize(outs.size());
-    for (size_t k = 0; k < outs.size(); ++k)
-      reach[k] = std::max(outs[k].second, k ? reach[k - 1] : 0);
-    for (const OneShotSeg& g : f.segs) {
-      const auto a = reinterpret_cast<uintptr_t>(g.send), b = a + g.bytes;
-      // The results that begin before this input ends; one of them reaches
-      // into it when the farthest end among them lies past its start.
-      const size_t k = std::lower_bound(outs.begin(), outs.end(), std::make_pair(b, uintptr_t{0})) -
-                       outs.begin();
-      copy->push_back(k > 0 && reach[k - 1] > a);
-    }
-  }
-}
-
-// Segmented sets cut into several pieces (bound to this call's buffers):
-// the inputs of a later piece that overlap an earlier piece's results are
-// copied aside now, before any piece runs (see FusedSet::family).
-void guardPieces(Plan& p, uint8_t* mem) {
-  bool any = false;
-  for (size_t i = 0; i < p.fused.size() && !any; ++i)
-    any = p.fused[i].segmented && p.fused[i].family != i;
-  if (!any) return;
-  // The key: every piece's results and the later pieces' inputs.
-  thread_local std::vector<const void*> key;
-  key.clear();
-  for (size_t i = 0; i < p.fused.size(); ++i) {
-    const FusedSet& f = p.fused[i];
-    if (!f.segmented) continue;
-    for (const OneShotSeg& g : f.segs) {
-      key.push_back(g.recv);
-      if (f.family != i) key.push_back(g.send);
-    }
-  }
-  if (key != p.guardKey) {
-    findOverlaps(p, &p.guardCopy);
-    p.guardKey = key;
-  }
-  size_t n = 0;
-  for (size_t i = 0; i < p.fused.size(); ++i) {
-    FusedSet& f = p.fused[i];
-    if (!f.segmented || f.family == i) continue;
-    for (OneShotSeg& g : f.segs)
-      if (p.guardCopy[n++]) {
-        uint8_t* aside = mem + f.at + g.off;
-        std::memcpy(aside, g.send, g.bytes);
-        g.send = aside;
-      }
-  }
-}
 
 // Points the plan's work at this call's buffers (its memory, the fused sets'
 // packed buffers and the schedules' scratch, in the communicator's scratch,
@@ -697,7 +592,6 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
     f.place(mem + f.at, rank, nranks);
     f.pack(ops, rank, nranks);
   }
-  guardPieces(p, mem);
   Work& w = p.work;
   for (size_t i = 1; i < w.schedules.size(); ++i) {
     const Op& o = p.opAt(ops, p.bind.source[i]);
@@ -729,14 +623,8 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
   }
   for (size_t k = 0; k < w.small.size(); ++k) {
     w.small[k] = OneShotOp();  // not yet posted
-    const int32_t from = p.bind.small[k];
-    if (!oneShotOp(p.opAt(ops, from), &w.small[k]))
+    if (!oneShotOp(p.opAt(ops, p.bind.small[k]), &w.small[k]))
       return internalError("a kept one-shot operation no longer takes the one-shot path");
-    if (from < 0 && p.fused[-1 - from].segmented) {
-      const FusedSet& f = p.fused[-1 - from];
-      w.small[k].segs = f.segs.data();
-      w.small[k].nsegs = static_cast<uint32_t>(f.segs.size());
-    }
   }
   return Status::ok();
 }
@@ -744,67 +632,6 @@ Status bindPlan(Comm& comm, Plan& p, const Op* const* ops) {
 // After the plan's work ran: the fused sets' results to their parts.
 void unpackPlan(const Plan& p, const Op* const* ops, int nranks) {
   for (const FusedSet& f : p.fused) f.unpack(ops, nranks);
-}
-
-// Sets of all-reduces that fit the one-shot path's slots a few times over
-// run there, cut into pieces of at most a slot each (in call order), as
-// segmented arena operations: no packing, no unpacking, and the latency
-// path's cost per piece (a packed set that large would take a schedule).
-// A part too large for a slot stays in a packed set of its own kind. Marks
-// the pieces in *segmented and, in *first, the index of the first set cut
-// from the same candidate set (same index as *sets). Every rank cuts the
-// same way: the shapes and the agreed slot size decide.
-void splitForOneShot(Comm& comm, const Op* const* ops, std::vector<std::vector<uint32_t>>* sets,
-                     std::vector<bool>* segmented, std::vector<size_t>* first) {
-  const OneShot* os = comm.oneShot();
-  if (!os) return;
-  const size_t slot = os->maxBytes();
-  std::vector<std::vector<uint32_t>> out;
-  std::vector<bool> seg;
-  std::vector<size_t> firstOut;
-  for (std::vector<uint32_t>& set : *sets) {
-    const size_t begin = out.size();
-    const Op& lead = *ops[set[0]];
-    size_t total = 0;
-    for (uint32_t i : set) total += ops[i]->count * elemSize(ops[i]->dt);
-    if (lead.coll != Collective::kAllReduce || set.size() < 2 ||
-        total > kSegmentedMaxSlots * slot) {
-      out.push_back(std::move(set));
-      seg.push_back(false);
-      firstOut.push_back(begin);
-      continue;
-    }
-    std::vector<uint32_t> large;  // parts over a slot: packed as before
-    std::vector<uint32_t> piece;
-    size_t bytes = 0;
-    auto close = [&] {
-      if (piece.empty()) return;
-      out.push_back(std::move(piece));
-      seg.push_back(true);
-      firstOut.push_back(begin);
-      piece.clear();
-      bytes = 0;
-    };
-    for (uint32_t i : set) {
-      const size_t b = ops[i]->count * elemSize(ops[i]->dt);
-      if (b > slot) {
-        large.push_back(i);
-        continue;
-      }
-      if (bytes + b > slot) close();
-      piece.push_back(i);
-      bytes += b;
-    }
-    close();
-    if (!large.empty()) {
-      out.push_back(std::move(large));
-      seg.push_back(false);
-      firstOut.push_back(out.size() - 1);
-    }
-  }
-  *sets = std::move(out);
-  *segmented = std::move(seg);
-  *first = std::move(firstOut);
 }
 
 // Builds the plan for `n` operations of `comm` with these shapes: fuses what
@@ -824,33 +651,16 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     sets[k].push_back(static_cast<uint32_t>(i));
     setOf[i] = static_cast<int>(k);
   }
-  std::vector<bool> segmented(sets.size(), false);
-  std::vector<size_t> first(sets.size());  // set -> the first set cut from its candidate set
-  for (size_t k = 0; k < sets.size(); ++k) first[k] = k;
-  splitForOneShot(comm, ops, &sets, &segmented, &first);
-  std::fill(setOf.begin(), setOf.end(), -1);
-  for (size_t k = 0; k < sets.size(); ++k)
-    for (uint32_t i : sets[k]) setOf[i] = static_cast<int>(k);
   std::vector<int> fusedOf(sets.size(), -1);  // candidate set -> index in p->fused
   for (size_t k = 0; k < sets.size(); ++k) {
-    if (sets[k].size() < 2 && !segmented[k]) continue;
+    if (sets[k].size() < 2) continue;
     fusedOf[k] = static_cast<int>(p->fused.size());
     FusedSet& f = p->fused.emplace_back();
     f.parts = std::move(sets[k]);
-    f.segmented = segmented[k];
-    if (f.segmented) {
-      f.segs.resize(f.parts.size());
-      f.family = p->fused.size() - 1;
-      if (first[k] != k) f.family = static_cast<size_t>(fusedOf[first[k]]);
-    }
     f.op = *ops[f.parts[0]];
     const bool bytewise =
         f.op.coll == Collective::kAllGather || f.op.coll == Collective::kBroadcast;
     for (uint32_t j : f.parts) {
-      if (f.segmented) {
-        f.segs[f.offsets.size()].off = f.block;
-        f.segs[f.offsets.size()].bytes = ops[j]->count * elemSize(ops[j]->dt);
-      }
       f.offsets.push_back(f.block);
       f.bytes.push_back(ops[j]->count * elemSize(ops[j]->dt));
       f.block += f.bytes.back();
@@ -858,8 +668,7 @@ Result<std::unique_ptr<Plan>> buildPlan(Comm& comm, const Op* const* ops, size_t
     if (bytewise) f.op.dt = ncclUint8;
     f.op.count = f.block / elemSize(f.op.dt);
     f.at = p->packedBytes;
-    p->packedBytes +=
-        FusedSet::aligned(f.packedBytes(comm.nranks(), static_cast<size_t>(fusedOf[k])));
+    p->packedBytes += FusedSet::aligned(f.packedBytes(comm.nranks()));
     TUTTI_INFO(log::kTuning, "group: {} {}s fused into one of {} bytes per rank", f.parts.size(),
                algo::collectiveName(f.op.coll), f.block);
   }

@@ -350,15 +350,7 @@ Status OneShot::progress(OneShotOp& op, bool* moved) {
     } else if (op.coll != Collective::kBroadcast || rank_ == op.root) {
       uint8_t* dst = seg_->payload(rank_, slot);
       const size_t own = ownBlockOffset(op, rank_);
-      if (op.segs) {
-        for (const OneShotSeg* g = op.segs; g != op.segs + op.nsegs; ++g) {
-          if (op.spec.op == RedOp::kPreMulSum)
-            comm_->kernels().scale(dst + g->off, g->send, g->bytes / es, op.spec.dt,
-                                   op.spec.scalar);
-          else
-            memcpy(dst + g->off, g->send, g->bytes);
-        }
-      } else if (op.spec.op == RedOp::kPreMulSum) {
+      if (op.spec.op == RedOp::kPreMulSum) {
         comm_->kernels().scale(dst, op.send, bytes / es, op.spec.dt, op.spec.scalar);
       } else if (own != kNoOwnBlock) {  // only what the peers read
         const size_t end = own + op.count * es;
@@ -467,16 +459,6 @@ void OneShot::complete(OneShotOp& op) {
         srcs_[0] = op.send + off;
       }
       const HostKernels& k = comm_->kernels();
-      if (op.segs) {  // all-reduce: every source a slot, every output a piece's
-        ++segmentedOps_;
-        for (const OneShotSeg* g = op.segs; g != op.segs + op.nsegs; ++g) {
-          for (int q = 0; q < nranks_; ++q) srcs_[q] = seg_->payload(q, slot) + g->off;
-          k.reduceN(g->recv, srcs_.data(), nranks_, g->bytes / es, op.spec.dt, red);
-          if (op.spec.divisor > 0)
-            k.divide(g->recv, g->recv, g->bytes / es, op.spec.dt, op.spec.divisor);
-        }
-        return;
-      }
       k.reduceN(op.recv, srcs_.data(), nranks_, n, op.spec.dt, red);
       if (op.spec.divisor > 0) k.divide(op.recv, op.recv, n, op.spec.dt, op.spec.divisor);
       return;

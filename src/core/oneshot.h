@@ -68,17 +68,6 @@ namespace tutti::core {
 
 class Comm;
 
-// One part of a segmented all-reduce (OneShotOp::segs): a group's small
-// all-reduces fused into one arena operation without packing. Each rank
-// writes every part's input straight into its slot at `off`, and reduces
-// every part's range of the slots straight into the part's output.
-struct OneShotSeg {
-  const uint8_t* send = nullptr;
-  uint8_t* recv = nullptr;
-  size_t off = 0;  // in the operation's contribution, bytes
-  size_t bytes = 0;
-};
-
 struct OneShotOp {
   algo::Collective coll = algo::Collective::kAllReduce;
   const uint8_t* send = nullptr;
@@ -91,12 +80,6 @@ struct OneShotOp {
   uint64_t call = 0;    // Op::call: its number among the communicator's collective calls
   bool part = false;    // Op::part: a part of that call, not the call itself
   bool direct = false;  // single-copy: peers read this rank's send buffer
-  // All-reduce only: the parts whose inputs and outputs stand in for
-  // send/recv (which are then unused); count covers all of them. Every input
-  // is read (into the slot) before any output is written, as a packed
-  // operation would.
-  const OneShotSeg* segs = nullptr;
-  uint32_t nsegs = 0;
   // Progress state.
   uint8_t cls = 0;         // slot class (OneShot::classOf), set when posted
   uint64_t seq = 0;        // 0 until posted; numbered per class
@@ -124,13 +107,8 @@ class OneShot {
   // count and datatype, and on settings the ranks agreed on.
   bool takes(algo::Collective coll, size_t count, size_t elemSize, bool* direct) const;
   bool singleCopy() const { return cma_; }
-  // The largest contribution per rank that takes the slots (TUTTI_ONESHOT_MAX
-  // as the ranks agreed it).
-  size_t maxBytes() const { return maxBytes_; }
   // Single-copy operations this rank completed (tests check the path).
   uint64_t directOps() const { return directOps_; }
-  // Segmented operations (OneShotOp::segs) this rank completed (tests).
-  uint64_t segmentedOps() const { return segmentedOps_; }
   // The shared segment (tests check where its pages were placed).
   transport::shm::ArenaSegment& arena() { return *seg_; }
 
@@ -198,7 +176,6 @@ class OneShot {
   uint64_t nextSeq_[2] = {1, 1};  // per slot class
   uint64_t nextGlobal_ = 1;       // both classes
   uint64_t directOps_ = 0;
-  uint64_t segmentedOps_ = 0;
   std::vector<uint64_t> seen_[2];  // per class, the highest sequence number seen per rank
   std::vector<uint64_t> seenAck_;  // highest acknowledgement seen per rank
   std::vector<const void*> srcs_;

@@ -8,7 +8,6 @@
 
 #include "capi/handle.h"
 #include "core/group.h"
-#include "core/oneshot.h"
 #include "harness.h"
 #include "tutti/tutti.h"
 
@@ -419,77 +418,6 @@ TEST(Groups, LoneCollectivesKeepTheirPlans) {
     }
     EXPECT_EQ(built(comm), before + 1);
   });
-}
-
-// Over shared memory, a group of small all-reduces that fits the one-shot
-// slots a few times over runs as segmented arena operations (no packing):
-// 64 x 1 KiB in two of 32 KiB. Values exact for distinct buffers, for every
-// part in place on one buffer (as tutti-perf -m runs them), and for a chain
-// where each part reads the previous part's result: every input is read
-// before any result is written (what the packed operation did), so each
-// part reduces the original data, also across the cut between the pieces.
-TEST(Groups, SmallAllReducesRunSegmentedOnTheArena) {
-  Env env({std::make_pair("TUTTI_ONESHOT_MAX", "32768")});
-  constexpr int kOps = 64;
-  constexpr size_t kCount = 256;  // 1 KiB of int32
-  for (int n : {2, 3}) {
-    runRanks(n, [&](int r, ncclComm_t comm) {
-      core::OneShot* os = commOf(comm)->oneShot();
-      ASSERT_NE(os, nullptr);
-      auto input = [&](int q, int k, size_t i) {
-        return static_cast<int32_t>(q * 7 + k * 1000 + static_cast<int>(i % 97));
-      };
-      auto sum = [&](int k, size_t i) {
-        int32_t s = 0;
-        for (int q = 0; q < n; ++q) s += input(q, k, i);
-        return s;
-      };
-      // Distinct buffers, out of place and in place alternating.
-      std::vector<std::vector<int32_t>> in(kOps, std::vector<int32_t>(kCount)), out = in;
-      for (int round = 0; round < 3; ++round) {
-        for (int k = 0; k < kOps; ++k) {
-          for (size_t i = 0; i < kCount; ++i) in[k][i] = input(r, k, i);
-          std::fill(out[k].begin(), out[k].end(), -1);
-        }
-        const uint64_t segBefore = os->segmentedOps(), msgBefore = messages(comm);
-        ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-        for (int k = 0; k < kOps; ++k)
-          ASSERT_EQ(ncclAllReduce(in[k].data(), k % 2 ? in[k].data() : out[k].data(), kCount,
-                                  ncclInt32, ncclSum, comm, nullptr),
-                    ncclSuccess);
-        ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
-        EXPECT_EQ(os->segmentedOps() - segBefore, 2u) << "rank " << r;
-        EXPECT_EQ(messages(comm) - msgBefore, 0u) << "rank " << r;
-        for (int k = 0; k < kOps; ++k)
-          for (size_t i = 0; i < kCount; ++i)
-            ASSERT_EQ((k % 2 ? in[k] : out[k])[i], sum(k, i))
-                << n << " ranks, round " << round << ", operation " << k << ", element " << i;
-      }
-      // Every part in place on one buffer: each reduces the original input.
-      std::vector<int32_t> one(kCount);
-      for (size_t i = 0; i < kCount; ++i) one[i] = input(r, 5, i);
-      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-      for (int k = 0; k < kOps; ++k)
-        ASSERT_EQ(ncclAllReduce(one.data(), one.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
-                  ncclSuccess);
-      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
-      for (size_t i = 0; i < kCount; ++i)
-        ASSERT_EQ(one[i], sum(5, i)) << "one buffer, element " << i;
-      // A chain: part k reads buffer k and writes buffer k + 1.
-      std::vector<std::vector<int32_t>> chain(kOps + 1, std::vector<int32_t>(kCount));
-      for (int k = 0; k <= kOps; ++k)
-        for (size_t i = 0; i < kCount; ++i) chain[k][i] = input(r, k, i);
-      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-      for (int k = 0; k < kOps; ++k)
-        ASSERT_EQ(ncclAllReduce(chain[k].data(), chain[k + 1].data(), kCount, ncclInt32, ncclSum,
-                                comm, nullptr),
-                  ncclSuccess);
-      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
-      for (int k = 0; k < kOps; ++k)
-        for (size_t i = 0; i < kCount; ++i)
-          ASSERT_EQ(chain[k + 1][i], sum(k, i)) << "chain, operation " << k << ", element " << i;
-    });
-  }
 }
 
 }  // namespace
