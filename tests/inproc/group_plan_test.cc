@@ -420,5 +420,56 @@ TEST(Groups, LoneCollectivesKeepTheirPlans) {
   });
 }
 
+// A fused set reads every input before it writes any result (docs/api.md,
+// ncclGroupEnd): every part in place on one buffer (as tutti-perf -m runs
+// them) reduces the original input, and so does each part of a chain that
+// reads the previous part's result. Over shared memory and TCP, 2 and 3 ranks.
+void fusedInputsFirst(int n) {
+  constexpr int kOps = 64;
+  constexpr size_t kCount = 256;  // 1 KiB of int32
+  runRanks(n, [&](int r, ncclComm_t comm) {
+    auto input = [&](int q, int k, size_t i) {
+      return static_cast<int32_t>(q * 7 + k * 1000 + static_cast<int>(i % 97));
+    };
+    auto sum = [&](int k, size_t i) {
+      int32_t s = 0;
+      for (int q = 0; q < n; ++q) s += input(q, k, i);
+      return s;
+    };
+    std::vector<int32_t> one(kCount);
+    for (size_t i = 0; i < kCount; ++i) one[i] = input(r, 5, i);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int k = 0; k < kOps; ++k)
+      ASSERT_EQ(ncclAllReduce(one.data(), one.data(), kCount, ncclInt32, ncclSum, comm, nullptr),
+                ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+    for (size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(one[i], sum(5, i)) << n << " ranks, one buffer, element " << i;
+    // A chain: part k reads buffer k and writes buffer k + 1.
+    std::vector<std::vector<int32_t>> chain(kOps + 1, std::vector<int32_t>(kCount));
+    for (int k = 0; k <= kOps; ++k)
+      for (size_t i = 0; i < kCount; ++i) chain[k][i] = input(r, k, i);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int k = 0; k < kOps; ++k)
+      ASSERT_EQ(ncclAllReduce(chain[k].data(), chain[k + 1].data(), kCount, ncclInt32, ncclSum,
+                              comm, nullptr),
+                ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+    for (int k = 0; k < kOps; ++k)
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(chain[k + 1][i], sum(k, i))
+            << n << " ranks, chain, operation " << k << ", element " << i;
+  });
+}
+
+TEST(Groups, AFusedSetReadsEveryInputBeforeItWritesAResult) {
+  for (int n : {2, 3}) fusedInputsFirst(n);
+}
+
+TEST(Groups, AFusedSetReadsEveryInputBeforeItWritesAResultOverTcp) {
+  Env env({std::make_pair("NCCL_SHM_DISABLE", "1")});
+  for (int n : {2, 3}) fusedInputsFirst(n);
+}
+
 }  // namespace
 }  // namespace tutti::test
