@@ -96,9 +96,8 @@ void Telemetry::onHeader(int peer, const Gossip& g, Clock::time_point now) {
   merge(g);
 }
 
-// A peer's view, when still fresh: a later
-// rank or a slower link than this rank's view replaces it (the call it was
-// measured in comes with it).
+// A peer's view, when still fresh: a later rank or a slower link than this
+// rank's view replaces it (the call it was measured in comes with it).
 void Telemetry::merge(const Gossip& g) {
   if (!fresh(g.viewCall, call_)) return;
   const uint32_t call = call_ - static_cast<uint16_t>(static_cast<uint16_t>(call_) - g.viewCall);
