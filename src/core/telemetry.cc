@@ -237,7 +237,11 @@ void Telemetry::name(int64_t lateMinUs, std::vector<StragglerRow>* rows) {
         comm_->describePeer(late.rank), late.ms, lateEp_.run);
   // Slow link: saturated, and slower than the reference.
   Link link = link_;
-  const double reference = std::max(comm_->knownInterMBps(), static_cast<double>(fastMBps_));
+  // The probe's figure when there is one: a saturated link's rate may still
+  // hold bytes that left in a rate limiter's burst (an even network's links
+  // measured up to 2x their rate under load).
+  const double probed = comm_->knownInterMBps();
+  const double reference = probed > 0 ? probed : static_cast<double>(fastMBps_);
   if (link.from < 0 || link.slowMBps >= kSlowRatio * reference) link = Link{};
   const double ratio = link.from >= 0 ? reference / link.slowMBps : 0;
   if (linkEp_.advance(link.from < 0 ? -1 : int64_t{link.from} * nranks_ + link.to, ops_))
@@ -246,8 +250,7 @@ void Telemetry::name(int64_t lateMinUs, std::vector<StragglerRow>* rows) {
         "({:.0f} "
         "MB/s), in each of the last {} operations",
         comm_->describePeer(link.from), comm_->describePeer(link.to), link.slowMBps, ratio,
-        fastMBps_ >= comm_->knownInterMBps() ? "the fastest saturated link"
-                                             : "the inter-node bandwidth measured at init",
+        probed > 0 ? "the inter-node bandwidth measured at init" : "the fastest saturated link",
         reference, linkEp_.run);
   if (lateEp_.run) {
     StragglerRow r{};

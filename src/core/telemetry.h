@@ -33,8 +33,10 @@
 //   used link's bytes may leave at the wire's speed out of a rate limiter's
 //   burst allowance. A saturated link is slow when its rate is below
 //   kSlowRatio of the reference: the inter-node bandwidth the link probe
-//   measured at init (or the topology file gave), or the fastest saturated
-//   link known, whichever is higher. (In a pipelined ring every link
+//   measured at init (or the topology file gave), else the fastest saturated
+//   link known (a saturated link's bytes may still have left partly in a
+//   rate limiter's burst: an even network's links measured up to 2x their
+//   rate under load). (In a pipelined ring every link
 //   carries the same bytes at the slowest link's pace: the slow link is the
 //   saturated one; on an even ring all are, at one rate.) Each operation's
 //   figures move the smoothed ones a quarter of the way (the first sets
