@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -83,6 +84,21 @@ struct WarnLog {
   }
 };
 
+// Every rank named the straggler by the fifth operation (namedAt: the
+// operation at which its row appeared) in exactly one WARN line, which says
+// every one of `says`. Counted among all straggler lines, or under a
+// sanitizer among those of `kind` only (see kSanitized).
+void expectNamedOnce(const std::vector<int>& namedAt, const WarnLog& log, const char* kind,
+                     std::initializer_list<const char*> says) {
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_GE(namedAt[r], 0) << "rank " << r << " never named it";
+    EXPECT_LE(namedAt[r], 4) << "rank " << r;
+    const auto warns = log.lines(r, kSanitized ? kind : "straggler:");
+    ASSERT_EQ(warns.size(), 1u) << "rank " << r;
+    for (const char* say : says) EXPECT_NE(warns[0].find(say), std::string::npos) << warns[0];
+  }
+}
+
 // One ring all-reduce of `count` int32 on rank r, checked.
 void allReduce(int r, ncclComm_t comm, size_t count, int round) {
   std::vector<int32_t> in(count), out(count, -1);
@@ -120,14 +136,7 @@ TEST(Stragglers, ALateRankIsNamedByEveryRank) {
                                 << " MB/s, ratio " << link.ratio;
     }
   });
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_GE(namedAt[r], 0) << "rank " << r << " never named the late rank";
-    EXPECT_LE(namedAt[r], 4) << "rank " << r;
-    const auto warns = log.lines(r, kSanitized ? "arrives late" : "straggler:");
-    ASSERT_EQ(warns.size(), 1u) << "rank " << r;
-    EXPECT_NE(warns[0].find("rank 2 (host"), std::string::npos) << warns[0];
-    EXPECT_NE(warns[0].find("arrives late"), std::string::npos) << warns[0];
-  }
+  expectNamedOnce(namedAt, log, "arrives late", {"rank 2 (host", "arrives late"});
 }
 
 // The link from rank 1 to rank 2 runs at a fifth of the others' rate:
@@ -156,14 +165,7 @@ TEST(Stragglers, ASlowLinkIsNamedByEveryRank) {
         EXPECT_LT(named(comm, tuttiStragglerLate).kind, 0) << "rank " << r << ", operation " << op;
     }
   });
-  for (int r = 0; r < kRanks; ++r) {
-    EXPECT_GE(namedAt[r], 0) << "rank " << r << " never named the slow link";
-    EXPECT_LE(namedAt[r], 4) << "rank " << r;
-    const auto warns = log.lines(r, kSanitized ? "slow link" : "straggler:");
-    ASSERT_EQ(warns.size(), 1u) << "rank " << r;
-    EXPECT_NE(warns[0].find("slow link from rank 1 (host"), std::string::npos) << warns[0];
-    EXPECT_NE(warns[0].find("to rank 2 (host"), std::string::npos) << warns[0];
-  }
+  expectNamedOnce(namedAt, log, "slow link", {"slow link from rank 1 (host", "to rank 2 (host"});
 }
 
 // Every link at one rate and no rank late: 1,000 operations (every tenth
