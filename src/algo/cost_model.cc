@@ -32,7 +32,9 @@ double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo) {
     case CollArgs::Algo::kRing:
       // 2(n-1) steps; with the ring keeping nodes together, each link (a
       // node's uplink included) carries one stream of 2(n-1)/n of the data.
-      return 2.0 * (n - 1) * flat.latencyUs + moveUs(2.0 * (n - 1) / n * bytes, flat.bandwidthGBs);
+      // Balanced (a.weights), the slowest links carry less (algo/balance.h).
+      return 2.0 * (n - 1) * flat.latencyUs + moveUs(2.0 * (n - 1) / n * bytes, flat.bandwidthGBs) /
+                                                  (a.weights ? std::max(1.0, a.balanceGain) : 1.0);
     case CollArgs::Algo::kRecursiveDoubling: {
       if (bytes > static_cast<double>(a.rdMaxBytes) && a.algo != algo) return kNotApplicable;
       int p2 = 1, steps = 0;

@@ -131,6 +131,7 @@ struct Schedule {
   size_t scratchBytes = 0;
   std::vector<int> peers;  // every peer this rank exchanges messages with
   std::string algorithm;   // for logs
+  uint32_t planKey = 0;    // what else the plan depends on (a balanced ring's weights)
 };
 
 // Which node (host) each rank is on. Nodes are numbered in the order of their
@@ -195,6 +196,12 @@ struct CollArgs {
   bool sharedMemory = false;
   // For kAuto; null: the defaults of CostModel.
   const CostModel* cost = nullptr;
+  // Ring all-reduce: the share of the vector each rank owns, per rank,
+  // summing to kWeightTotal (algo/balance.h); null: near-equal segments.
+  // `balanceGain`: how much faster than equal segments the model says they
+  // are (the cost model divides the ring's transfer time by it).
+  const std::vector<uint32_t>* weights = nullptr;
+  double balanceGain = 1.0;
 };
 
 // The schedule for one rank: ring / chain / direct (src/algo/ring.cc),

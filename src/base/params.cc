@@ -252,7 +252,11 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_NCHANNELS", false, Effect::kHonoured, "channels (connections) per peer"},
     {"TUTTI_CHUNK_SIZE", false, Effect::kHonoured, "largest message of a pipelined collective"},
     {"TUTTI_RD_MAX", false, Effect::kHonoured, "all-reduce up to this size by recursive doubling"},
-    {"TUTTI_LINK_PROBE", false, Effect::kHonoured, "measure the inter-node link at init"},
+    {"TUTTI_LINK_PROBE", false, Effect::kHonoured,
+     "measure the ring's inter-node links at init (cost model, balanced ring)"},
+    {"TUTTI_BALANCE", false, Effect::kHonoured,
+     "0: equal ring segments; default 1: large ring all-reduces share the vector by the "
+     "measured link rates (rank 0's value holds)"},
     {"TUTTI_ONESHOT_MAX", false, Effect::kHonoured, "one-shot path for small collectives"},
     {"TUTTI_CMA", false, Effect::kHonoured, "single-copy collectives by cross-memory attach"},
     {"TUTTI_CMA_MIN_BYTES", false, Effect::kHonoured, "smallest single-copy collective"},

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "algo/balance.h"
 #include "algo/cost_model.h"
 #include "base/backoff.h"
 #include "base/log.h"
@@ -238,8 +239,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
   TUTTI_ASSIGN_OR_RETURN(c->oneShot_, OneShot::create(c.get()));
   if (nranks > 1) TUTTI_RETURN_IF_ERROR(c->ensureConnected({next, prev}));
   const int nodes = c->nodeMap_.nNodes();
-  // After the ring connections: across nodes the selection measures the link
-  // between rank 0 and its ring predecessor (on the last node) over them.
+  // After the ring connections: across nodes the selection measures the
+  // ring's inter-node links over them.
   TUTTI_RETURN_IF_ERROR(c->agreeOnSelection(topology));
   // Host memory over TCP: the engine runs near the NIC the traffic takes.
   if (backend->hostOnly() && nranks > 1 && !c->sharedMemory_)
@@ -258,10 +259,12 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 }
 
 // What every rank must agree on to pick the same algorithm for the same call:
-// rank 0's cost model, TUTTI_RD_MAX, NCCL_ALGO and TUTTI_COMPRESSION. Each
-// link figure comes from the topology (figures recorded in a TUTTI_TOPO_FILE),
-// else, for the inter-node link of a communicator spanning nodes, from the
-// link probe run here (unless TUTTI_LINK_PROBE=0), else from the defaults.
+// rank 0's cost model, TUTTI_RD_MAX, NCCL_ALGO, TUTTI_COMPRESSION and
+// TUTTI_BALANCE, and the balanced ring's plan. Each link figure comes from
+// the topology (figures recorded in a TUTTI_TOPO_FILE), else, for the
+// inter-node links of a communicator spanning nodes, from the link probe run
+// here (unless TUTTI_LINK_PROBE=0: the upper median of the ring's
+// inter-node links), else from the defaults.
 Status Comm::agreeOnSelection(const topo::Topology& t) {
   struct Choice {
     double intraLatencyUs, intraBandwidthGBs, interLatencyUs, interBandwidthGBs;
@@ -271,6 +274,8 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
     uint64_t compressionMinBytes;
     int32_t sharedMemory;  // every peer through shared memory (as this rank connects)
     int32_t interKnown;    // the inter-node bandwidth was measured or given, not a default
+    int32_t balance;       // TUTTI_BALANCE
+    int32_t reserved;
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   algo::CostModel mine;
@@ -278,13 +283,23 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
   mine.intra.bandwidthGBs = t.intraBandwidthGBs.value_or(mine.intra.bandwidthGBs);
   mine.inter.latencyUs = t.interLatencyUs.value_or(mine.inter.latencyUs);
   mine.inter.bandwidthGBs = t.interBandwidthGBs.value_or(mine.inter.bandwidthGBs);
-  // Only rank 0's figures count, so only rank 0 (and the peer it measures
-  // with) take part; measured figures fill what the topology leaves out.
-  std::optional<LinkProbeResult> probe;
-  TUTTI_RETURN_IF_ERROR(probeInterNode(!(t.interLatencyUs && t.interBandwidthGBs), &probe));
-  if (probe) {
-    if (!t.interLatencyUs) mine.inter.latencyUs = probe->latencyUs;
-    if (!t.interBandwidthGBs) mine.inter.bandwidthGBs = probe->bandwidthGBs;
+  // Measured figures fill what the topology leaves out (every rank has them
+  // all; only rank 0's choice counts).
+  std::vector<LinkFigures> links;
+  TUTTI_RETURN_IF_ERROR(probeRingLinks(!(t.interLatencyUs && t.interBandwidthGBs), &links));
+  std::vector<double> lat, bw;
+  for (const LinkFigures& l : links)
+    if (l.bandwidthGBs > 0) lat.push_back(l.latencyUs), bw.push_back(l.bandwidthGBs);
+  // The upper median: what most links do (with two slow links of four, the
+  // fast ones' figure; the balanced ring plans around the slow ones).
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const bool measured = !bw.empty();
+  if (measured) {
+    if (!t.interLatencyUs) mine.inter.latencyUs = median(lat);
+    if (!t.interBandwidthGBs) mine.inter.bandwidthGBs = median(bw);
   }
   std::vector<Choice> all(nranks_);
   const int32_t compression = compressionEnv_.empty() ? 0 : compressionEnv_ == "fp16" ? 1 : 2;
@@ -298,16 +313,19 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
                 compression,
                 compressionMinBytes_,
                 static_cast<int32_t>(shm),
-                static_cast<int32_t>(t.interBandwidthGBs.has_value() || probe.has_value())};
+                static_cast<int32_t>(t.interBandwidthGBs.has_value() || measured),
+                static_cast<int32_t>(params::getBool("TUTTI_BALANCE", true)),
+                0};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
   costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
   knownInterMBps_ = c.interKnown ? c.interBandwidthGBs * 1000 : 0;
-  if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_))
+  if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_) ||
+      c.balance != all[rank_].balance)
     TUTTI_WARN(
-        "TUTTI_RD_MAX or NCCL_ALGO differ from rank 0's; rank 0's settings apply so that "
-        "every rank picks the same algorithm");
+        "TUTTI_RD_MAX, NCCL_ALGO or TUTTI_BALANCE differ from rank 0's; rank 0's settings apply "
+        "so that every rank picks the same algorithm");
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
   // Feeds the algorithm choice, which every rank must make alike.
@@ -329,66 +347,146 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
       return fmt::format("latency {}, bandwidth {}", from(latTopo, measured),
                          from(bwTopo, measured));
     };
-    TUTTI_INFO(
-        log::kTuning,
-        "cost model: intra-node {:.4g} us {:.4g} GB/s ({}), inter-node {:.4g} us {:.4g} "
-        "GB/s ({})",
-        costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
-        sources(t.intraLatencyUs.has_value(), t.intraBandwidthGBs.has_value(), false),
-        costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
-        sources(t.interLatencyUs.has_value(), t.interBandwidthGBs.has_value(), probe.has_value()));
+    TUTTI_INFO(log::kTuning,
+               "cost model: intra-node {:.4g} us {:.4g} GB/s ({}), inter-node {:.4g} us {:.4g} "
+               "GB/s ({})",
+               costModel_.intra.latencyUs, costModel_.intra.bandwidthGBs,
+               sources(t.intraLatencyUs.has_value(), t.intraBandwidthGBs.has_value(), false),
+               costModel_.inter.latencyUs, costModel_.inter.bandwidthGBs,
+               sources(t.interLatencyUs.has_value(), t.interBandwidthGBs.has_value(), measured));
   }
+  planBalance(links, c.balance != 0);
   return Status::ok();
 }
 
-// Rank 0 measures the link to its ring predecessor, the last rank of the last
-// node, over the ring connection made at init (channel 0); that rank answers.
-// Whether to measure is rank 0's decision alone (its TUTTI_LINK_PROBE and
-// topology): when it does not, it sends only the probe's stop command, so the
-// two never disagree about what crosses the connection.
-Status Comm::probeInterNode(bool needed, std::optional<LinkProbeResult>* out) {
+// Every ring link between two nodes is measured from its sending rank (the
+// last rank of a node) to its receiving one (the first of the next node),
+// over the ring connection made at init (channel 0). Link k (k-th node
+// boundary along the ring) runs in round k % 2, the last one of an odd count
+// in round 2: the links of a round share no node, so each is measured alone
+// on its nodes' network links. Whether to measure is the sending rank's
+// decision (its TUTTI_LINK_PROBE and topology): when it does not, it sends
+// only the probe's stop command, so the two never disagree about what
+// crosses the connection.
+Status Comm::probeRingLinks(bool needed, std::vector<LinkFigures>* out) {
+  out->assign(nranks_, LinkFigures{0, 0});
   if (nodeMap_.nNodes() < 2) return Status::ok();
   const std::vector<int> ring = nodeMap_.ringOrder();
-  const int pos0 = static_cast<int>(std::find(ring.begin(), ring.end(), 0) - ring.begin());
-  const int prev0 = ring[(pos0 + nranks_ - 1) % nranks_];  // on the last node
-  if (rank_ != 0 && rank_ != prev0) return Status::ok();
-  const int peer = rank_ == 0 ? prev0 : 0;
-  transport::Connection* conn = channels_[peer][0].conn.get();
-  if (!conn)
-    return internalError(fmt::format("link probe: no connection to {}", describePeer(peer)));
-  LinkProbeOptions opt;
-  opt.deadline = bootstrap_->deadline();
-  opt.abortFlag = abort_;
-  opt.oversubscribed = oversubscribed_;
-  if (sameHost(peer)) {
-    // Pretend nodes (TUTTI_TEST_NODES) on one host: no rate limiter or slow
-    // start to wait out, and a fresh shared-memory ring costs page faults per
-    // byte, so fewer bytes do (the figures mean little there anyway).
-    opt.warmupBytes = 256 << 10;
-    opt.bulkBytes = 512 << 10;
+  const int boundaries = nodeMap_.nNodes();
+  const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), rank_) - ring.begin());
+  const int next = ring[(pos + 1) % nranks_], prev = ring[(pos + nranks_ - 1) % nranks_];
+  // This rank's part: the link it sends on (round, peer) and the one it answers.
+  int sendRound = -1, serveRound = -1, k = 0;
+  for (int p = 0; p < nranks_; ++p) {
+    const int from = ring[p], to = ring[(p + 1) % nranks_];
+    if (nodeMap_.nodeOf[from] == nodeMap_.nodeOf[to]) continue;
+    const int round = boundaries % 2 && k == boundaries - 1 ? 2 : k % 2;
+    if (from == rank_) sendRound = round;
+    if (to == rank_) serveRound = round;
+    ++k;
   }
-  auto context = [&] {
-    return fmt::format("measuring the link to {} over {} at init", describePeer(peer),
-                       transportName(peer));
-  };
-  if (rank_ != 0) return serveLinkProbe(*conn, opt).withContext(context());
   const bool enabled = params::getBool("TUTTI_LINK_PROBE", true);
-  if (!enabled || !needed) {
+  if (rank_ == 0 && (!enabled || !needed))
     TUTTI_INFO(log::kTuning, "link probe: off ({})",
                enabled ? "the topology file gives both inter-node figures" : "TUTTI_LINK_PROBE=0");
-    return skipLinkProbe(*conn, opt).withContext(context());
+  for (int round = 0; round < 3; ++round) {
+    if (round != sendRound && round != serveRound) continue;
+    const bool sending = round == sendRound;
+    const int peer = sending ? next : prev;
+    transport::Connection* conn = channels_[peer][0].conn.get();
+    if (!conn)
+      return internalError(fmt::format("link probe: no connection to {}", describePeer(peer)));
+    LinkProbeOptions opt;
+    opt.deadline = bootstrap_->deadline();
+    opt.abortFlag = abort_;
+    opt.oversubscribed = oversubscribed_;
+    if (sameHost(peer)) {
+      // Pretend nodes (TUTTI_TEST_NODES) on one host: no rate limiter or slow
+      // start to wait out, and a fresh shared-memory ring costs page faults per
+      // byte, so fewer bytes do (the figures mean little there anyway).
+      opt.warmupBytes = 256 << 10;
+      opt.bulkBytes = 512 << 10;
+    }
+    auto context = [&] {
+      return fmt::format("measuring the link {} {} over {} at init", sending ? "to" : "from",
+                         describePeer(peer), transportName(peer));
+    };
+    if (!sending) {
+      TUTTI_RETURN_IF_ERROR(serveLinkProbe(*conn, opt).withContext(context()));
+      continue;
+    }
+    if (!enabled || !needed) {
+      TUTTI_RETURN_IF_ERROR(skipLinkProbe(*conn, opt).withContext(context()));
+      continue;
+    }
+    auto r = probeLink(*conn, opt);
+    if (!r) return r.status().withContext(context());
+    TUTTI_INFO(log::kTuning,
+               "link probe: rank {} (node {}) -> rank {} (node {}) over {}: latency {:.3g} us "
+               "(median of {} round trips / 2), bandwidth {:.4g} GB/s (best of {} x {} KiB after "
+               "{} KiB), {:.1f} ms",
+               rank_, nodeMap_.nodeOf[rank_], peer, nodeMap_.nodeOf[peer], transportName(peer),
+               r->latencyUs, r->pings, r->bandwidthGBs, r->transfers, opt.bulkBytes >> 10,
+               opt.warmupBytes >> 10, r->elapsedMs);
+    (*out)[rank_] = {r->latencyUs, r->bandwidthGBs};
   }
-  auto r = probeLink(*conn, opt);
-  if (!r) return r.status().withContext(context());
-  TUTTI_INFO(log::kTuning,
-             "link probe: rank 0 (node 0) <-> rank {} (node {}) over {}: latency {:.3g} us "
-             "(median of {} round trips / 2), bandwidth {:.4g} GB/s (best of {} x {} KiB after "
-             "{} KiB), {:.1f} ms",
-             peer, nodeMap_.nodeOf[peer], transportName(peer), r->latencyUs, r->pings,
-             r->bandwidthGBs, r->transfers, opt.bulkBytes >> 10, opt.warmupBytes >> 10,
-             r->elapsedMs);
-  *out = *r;
-  return Status::ok();
+  return bootstrap_->allGather(out->data(), sizeof(LinkFigures));
+}
+
+// The balanced ring (algo/balance.h) over the rates of the ring's links: the
+// measured ones between nodes, the cost model's intra-node figure inside
+// one. Every rank computes it from the same gathered figures; the
+// operation's fingerprint carries the weights, so ranks that planned
+// differently fail their first balanced call instead of mixing segments.
+void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
+  balanceWeights_.clear();
+  balanceGain_ = 1.0;
+  if (nodeMap_.nNodes() < 2) return;
+  const std::vector<int> ring = nodeMap_.ringOrder();
+  std::vector<double> rate(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    const int from = ring[p], to = ring[(p + 1) % nranks_];
+    if (nodeMap_.nodeOf[from] == nodeMap_.nodeOf[to]) {
+      rate[p] = costModel_.intra.bandwidthGBs;
+    } else if (links[from].bandwidthGBs > 0) {
+      rate[p] = links[from].bandwidthGBs;
+    } else {
+      if (rank_ == 0 && enabled)
+        TUTTI_INFO(log::kTuning, "balance: off (the link from rank {} to rank {} was not measured)",
+                   from, to);
+      return;
+    }
+  }
+  const algo::BalancePlan plan = algo::balanceShares(rate);
+  if (rank_ == 0) {
+    std::string rates, shares;
+    for (int p = 0; p < nranks_; ++p) {
+      const int from = ring[p], to = ring[(p + 1) % nranks_];
+      if (nodeMap_.nodeOf[from] != nodeMap_.nodeOf[to])
+        rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to, rate[p]);
+      shares += fmt::format("{}{}:{:.1f}%", shares.empty() ? "" : " ", from, 100 * plan.shares[p]);
+    }
+    const double gain = plan.timeEqual / plan.timeBalanced;
+    if (!enabled)
+      TUTTI_INFO(log::kTuning, "balance: off (TUTTI_BALANCE=0); balanced shares would gain {:.2f}x",
+                 gain);
+    else if (!plan.balanced)
+      TUTTI_INFO(log::kTuning,
+                 "balance: equal shares (within {:.0f}% of the best plan; inter-node links GB/s: "
+                 "{})",
+                 100 * (algo::kMinGain - 1), rates);
+    else
+      TUTTI_INFO(log::kTuning,
+                 "balance: ring all-reduce of {} KiB or more shares the vector by link rate, "
+                 "{:.2f}x faster than equal shares in the model (inter-node links GB/s: {}; "
+                 "shares by rank: {})",
+                 kBalanceMinBytes >> 10, gain, rates, shares);
+  }
+  if (!enabled || !plan.balanced) return;
+  const std::vector<uint32_t> byPos = algo::toWeights(plan.shares);
+  balanceWeights_.assign(nranks_, 0);
+  for (int p = 0; p < nranks_; ++p) balanceWeights_[ring[p]] = byPos[p];
+  balanceGain_ = plan.timeEqual / plan.timeBalanced;
 }
 
 Comm::~Comm() {

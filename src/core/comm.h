@@ -238,6 +238,14 @@ class Comm {
   // topology file gave it (rank 0's, as every rank agreed at init); 0 when
   // the cost model has only its default.
   double knownInterMBps() const { return knownInterMBps_; }
+  // The balanced ring's weights (per rank, algo/balance.h), agreed at init
+  // from the measured link rates; null: equal segments. A ring all-reduce
+  // of kBalanceMinBytes or more uses them.
+  const std::vector<uint32_t>* balanceWeights() const {
+    return balanceWeights_.empty() ? nullptr : &balanceWeights_;
+  }
+  static constexpr size_t kBalanceMinBytes = 1 << 20;
+  double balanceGain() const { return balanceGain_; }  // the plan's, in the model
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -326,10 +334,17 @@ class Comm {
   // (after the ring connections, which the link probe uses); t: this
   // process's topology (its recorded link figures).
   Status agreeOnSelection(const topo::Topology& t);
-  // The inter-node link probe at init (core/link_probe.h): rank 0 and its ring
-  // predecessor on the last node take part, no one else; *out is set on rank 0
-  // when it measured. `needed`: the topology leaves an inter-node figure out.
-  Status probeInterNode(bool needed, std::optional<LinkProbeResult>* out);
+  // What the link probe measured on one link (zero: not measured).
+  struct LinkFigures {
+    double latencyUs, bandwidthGBs;
+  };
+  // The link probe at init (core/link_probe.h): every ring link between two
+  // nodes, measured by its sending rank; *out: per rank, the link it sends
+  // on, gathered on every rank. `needed`: the topology leaves an inter-node
+  // figure out.
+  Status probeRingLinks(bool needed, std::vector<LinkFigures>* out);
+  // balanceWeights_ from the gathered figures (TUTTI_BALANCE: `enabled`).
+  void planBalance(const std::vector<LinkFigures>& links, bool enabled);
   // Reads TUTTI_COMPRESSION and TUTTI_COMPRESSION_MIN_BYTES (comm.cc).
   Status readCompressionEnv();
   // The network for peers that shared memory does not carry: an NCCL net
@@ -382,6 +397,8 @@ class Comm {
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;
   double knownInterMBps_ = 0;
+  std::vector<uint32_t> balanceWeights_;  // per rank (algo/balance.h); empty: no plan
+  double balanceGain_ = 1.0;
   std::vector<double> linkMBps_;  // TUTTI_TEST_LINK_MBPS: per peer, the rate of this rank's link
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag

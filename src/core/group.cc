@@ -121,7 +121,7 @@ OpSig sigOf(const Op& o, const algo::Schedule& s) {
   g.count = o.count;
   g.call = static_cast<uint32_t>(o.call);
   g.root = algo::isRooted(o.coll) ? o.root : -1;
-  g.plan = algoHash(s.algorithm.c_str());
+  g.plan = algoHash(s.algorithm.c_str()) ^ s.planKey;
   g.coll = static_cast<uint8_t>(o.coll);
   g.dt = static_cast<uint8_t>(o.dt);
   if (isReducing(o.coll)) g.op = static_cast<uint8_t>(std::min(o.op, static_cast<int>(ncclNumOps)));
@@ -138,7 +138,8 @@ void logAlgorithm(const Op& o, const algo::Schedule& s) {
   const bool forced = forcedAlgo != algo::CollArgs::Algo::kAuto &&
                       (o.coll == Collective::kAllReduce || o.coll == Collective::kAllGather ||
                        o.coll == Collective::kReduceScatter) &&
-                      s.algorithm == algo::algoName(forcedAlgo);
+                      (s.algorithm == algo::algoName(forcedAlgo) ||
+                       s.algorithm == std::string("balanced ") + algo::algoName(forcedAlgo));
   TUTTI_INFO(log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
              algo::collectiveName(o.coll), o.count, typeName(o.dt), comm.nranks(), s.algorithm,
              algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
@@ -249,6 +250,13 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
     if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
         o->coll == Collective::kReduceScatter)
       a.algo = comm.forcedAlgo();
+    // The balanced ring (algo/balance.h) for large plain all-reduces: a
+    // compressed one (compress/wire.cc) keeps equal segments.
+    if (o->coll == Collective::kAllReduce && o->wire.format == algo::Wire::kRaw &&
+        bytes >= Comm::kBalanceMinBytes) {
+      a.weights = comm.balanceWeights();
+      a.balanceGain = comm.balanceGain();
+    }
     algo::Schedule s;
     if (o->wire.format == algo::Wire::kSign) {
       s = compress::signAllReduce(a);

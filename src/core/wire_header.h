@@ -39,7 +39,7 @@ struct OpSig {
   uint64_t count = 0;  // the call's count (a fused set: its packed count)
   uint32_t call = 0;   // its number among the communicator's collective calls (low 32 bits)
   int32_t root = -1;   // broadcast, reduce, gather, scatter; else -1
-  uint32_t plan = 0;   // hash of the algorithm planned (algoHash)
+  uint32_t plan = 0;   // hash of the algorithm planned (algoHash ^ Schedule::planKey)
   uint8_t coll = 0;    // algo::Collective
   uint8_t dt = 0;      // ncclDataType_t (a fused all-gather or broadcast: uint8)
   uint8_t op = 0xff;   // ncclRedOp_t of a reduction (5: a PreMulSum operator); else 0xff

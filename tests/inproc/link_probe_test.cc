@@ -1,8 +1,8 @@
 // The cost model's inter-node figures at init (core/link_probe.h, Comm::
-// agreeOnSelection): measured between rank 0 and its ring predecessor on the
-// last node when the communicator spans nodes (TUTTI_TEST_NODES pretends it
-// does), agreed by every rank; TUTTI_LINK_PROBE=0 keeps the defaults; figures
-// in a TUTTI_TOPO_FILE win over measured ones, field by field. Each test also
+// agreeOnSelection): every ring link between two nodes is measured from its
+// sending rank when the communicator spans nodes (TUTTI_TEST_NODES pretends
+// it does), rank 0 takes the medians, and every rank agrees on them; TUTTI_LINK_PROBE=0 keeps the
+// defaults; figures in a TUTTI_TOPO_FILE win over measured ones, field by field. Each test also
 // runs an all-reduce afterwards: the probe must leave the connection it used
 // clean for the executor.
 #include <unistd.h>
@@ -163,7 +163,8 @@ TEST(LinkProbeTopology, MissingFigureIsMeasured) {
   EXPECT_NE(m[0].inter.latencyUs, kDefaults.inter.latencyUs);
 }
 
-// Rank 0 logs what it measured and what the cost model uses (INFO, TUNING).
+// Each sending rank logs the link it measured, rank 0 what the cost model
+// uses (INFO, TUNING).
 TEST(LinkProbeLog, InfoLinesSayWhatWasMeasured) {
   std::string path = ::testing::TempDir() + "tutti_link_probe_log.%p.txt";
   setenv("NCCL_DEBUG", "INFO", 1);
@@ -182,15 +183,17 @@ TEST(LinkProbeLog, InfoLinesSayWhatWasMeasured) {
   int probeLines = 0, modelLines = 0;
   std::string l;
   while (std::getline(in, l)) {
-    if (l.find("link probe: rank 0 (node 0) <-> rank 3 (node 1) over shm: latency") !=
-        std::string::npos)
-      probeLines++;
+    for (const char* link : {"[1] NCCL INFO link probe: rank 1 (node 0) -> rank 2 (node 1) over "
+                             "shm: latency",
+                             "[3] NCCL INFO link probe: rank 3 (node 1) -> rank 0 (node 0) over "
+                             "shm: latency"})
+      if (l.find(link) != std::string::npos) probeLines++;
     if (l.find("cost model: intra-node 1 us 5 GB/s (defaults), inter-node") != std::string::npos &&
         l.find("(measured at init)") != std::string::npos)
       modelLines++;
   }
   std::remove(file.c_str());
-  EXPECT_EQ(probeLines, 1);
+  EXPECT_EQ(probeLines, 2);
   EXPECT_EQ(modelLines, 1);
 }
 

@@ -162,8 +162,9 @@ counter_check() {
 }
 ((counters)) && counter_check
 
-# probe_check: at init rank 0 measures the link to the last node (core/link_probe.h)
-# and logs, at INFO under TUNING, what the cost model then uses:
+# probe_check: at init the sending rank of each inter-node ring link measures
+# it (core/link_probe.h) and rank 0 logs, at INFO under TUNING, what the cost
+# model then uses (the upper median of the links' figures):
 #   cost model: intra-node 1 us 5 GB/s (defaults), inter-node L us B GB/s (measured at init)
 # B must lie in LO..HI (with --rate 1gbit: nominal 0.125 GB/s; tbf's 512 KiB burst
 # may inflate the probe's 2 MiB transfer by up to 1.33 x, CPU load may slow it) and
@@ -171,7 +172,7 @@ counter_check() {
 probe_check() {
   local lo=${probe%%:*} hi=${probe##*:} line lat bw num='\([0-9.e+-]*\)'
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING run all_reduce -b 1K -e 1K -n 1 -w 0 -c 1 -d float
-  grep -h 'link probe: ' "$NETNS_RUN_DIR/rank0.log" | sed 's/.*NCCL INFO /  /' || true
+  grep -h 'link probe: ' "$NETNS_RUN_DIR"/rank*.log | sed 's/.*NCCL INFO /  /' || true
   line=$(grep -h 'cost model: ' "$NETNS_RUN_DIR/rank0.log" | sed 's/.*NCCL INFO //' || true)
   echo "  $line"
   read -r lat bw < <(sed -n "s/.*inter-node $num us $num GB\/s (measured at init).*/\1 \2/p" \

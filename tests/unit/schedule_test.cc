@@ -4,6 +4,8 @@
 // breaks a hazard rule (a receive overwriting data a pending send still
 // reads, a missing `after`) then gives wrong values for some order, and one
 // that never matches a message is reported as stuck.
+#include "algo/schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +14,8 @@
 #include <random>
 #include <tuple>
 
+#include "algo/balance.h"
 #include "algo/cost_model.h"
-#include "algo/schedule.h"
 #include "backends/cpu/kernels.h"
 
 namespace tutti::algo {
@@ -194,8 +196,10 @@ void prepare(RankState* st, const CollArgs& a, size_t sendBytes, size_t recvByte
 
 // All-reduce of int32 data, value of element i on rank r = (r+1)*1000 + i % 997
 // (exact in int32 for these rank counts), checked on every rank.
+// `weights`: a balanced ring's shares per rank (algo/balance.h).
 void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, RedOp op,
-                    int64_t divisor, bool inPlace, size_t chunk) {
+                    int64_t divisor, bool inPlace, size_t chunk,
+                    const std::vector<uint32_t>* weights = nullptr) {
   const NodeMap nm = mapOf(layout);
   const int n = static_cast<int>(nm.nodeOf.size());
   SCOPED_TRACE(testing::Message() << "ranks " << n << " nodes " << nm.nNodes() << " algo "
@@ -205,14 +209,16 @@ void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, Red
     std::vector<RankState> ranks(n);
     for (int r = 0; r < n; ++r) {
       RankState& st = ranks[r];
-      prepare(&st,
-              int32Args(Collective::kAllReduce, r, nm, count, op, divisor, inPlace, chunk, algo),
-              count * 4, count * 4, 0);
+      CollArgs a =
+          int32Args(Collective::kAllReduce, r, nm, count, op, divisor, inPlace, chunk, algo);
+      a.weights = weights;
+      prepare(&st, a, count * 4, count * 4, 0);
       // (two-level algorithms on one node run as the ring)
       if (algo != CollArgs::Algo::kAuto &&
           (nm.nNodes() > 1 ||
            (algo != CollArgs::Algo::kHierarchical && algo != CollArgs::Algo::k2DRing))) {
-        EXPECT_STREQ(st.s.algorithm.c_str(), algoName(algo));
+        const bool balanced = weights && algo == CollArgs::Algo::kRing;
+        EXPECT_STREQ(st.s.algorithm.c_str(), balanced ? "balanced ring" : algoName(algo));
       }
     }
     std::string why;
@@ -263,6 +269,62 @@ TEST(RabenseifnerAllReduce, AverageAndPreMulSum) {
   checkAllReduce({{8}}, Algo::kRabenseifner, 101, RedOp::kSum, 8, true, 32);
   checkAllReduce({{4}}, Algo::kRabenseifner, 64, RedOp::kPreMulSum, 0, true, 16);
   checkAllReduce({{5}}, Algo::kRabenseifner, 17, RedOp::kPreMulSum, 0, false, 1 << 20);
+}
+
+// The balanced ring (algo/balance.h): segments sized by weights, some of
+// them empty (every other rank owning nothing, one rank owning everything),
+// at every rank count from 2 to 7, counts below and above the rank count,
+// slices thinner than a segment; average and premulsum too.
+TEST(BalancedRing, ExactForAnyWeights) {
+  std::mt19937 rng(7);
+  for (int n = 2; n <= 7; ++n) {
+    std::vector<std::vector<uint32_t>> plans;
+    std::vector<uint32_t> all(n, 0), alternate(n, 0), random(n);
+    all[n / 2] = kWeightTotal;
+    plans.push_back(all);
+    for (int i = 0; i < n; i += 2) alternate[i] = 1;
+    uint32_t sum = 0;
+    for (int i = 0; i < n; ++i) sum += alternate[i];
+    for (auto& w : alternate) w *= kWeightTotal / sum;
+    alternate[0] += kWeightTotal - kWeightTotal / sum * sum;
+    plans.push_back(alternate);
+    std::vector<double> shares(n);
+    for (double& x : shares) x = std::uniform_real_distribution<double>(0, 1)(rng);
+    double total = 0;
+    for (double x : shares) total += x;
+    for (double& x : shares) x /= total;
+    plans.push_back(toWeights(shares));
+    for (const auto& w : plans)
+      for (size_t count : {size_t{1}, size_t{5}, size_t{37}, size_t{1001}})
+        for (bool inPlace : {false, true})
+          checkAllReduce({{n}}, Algo::kRing, count, RedOp::kSum, 0, inPlace, 64, &w);
+    checkAllReduce({std::vector<int>(n, 1)}, Algo::kRing, 999, RedOp::kSum, n, false, 32,
+                   &plans[2]);
+    checkAllReduce({{n}}, Algo::kRing, 101, RedOp::kPreMulSum, 0, true, 16, &plans[0]);
+  }
+}
+
+// Each link of a balanced ring carries (2 - s_u - s_next) of the vector (the
+// model balanceShares optimises): counted from the schedules' sends.
+TEST(BalancedRing, LinkTrafficFollowsTheShares) {
+  const int n = 5;
+  const size_t count = 1 << 16;
+  const std::vector<double> shares = {0.05, 0.1, 0.6, 0.25, 0.0};
+  const std::vector<uint32_t> w = toWeights(shares);
+  const NodeMap nm = mapOf({std::vector<int>(n, 1)});
+  for (int r = 0; r < n; ++r) {
+    CollArgs a =
+        int32Args(Collective::kAllReduce, r, nm, count, RedOp::kSum, 0, false, 4096, Algo::kRing);
+    a.weights = &w;
+    const Schedule s = makeSchedule(a);
+    size_t bytes = 0;
+    for (const SendStep& st : s.sends) {
+      EXPECT_EQ(st.peer, (r + 1) % n);
+      bytes += st.bytes;
+    }
+    const double expect = (2 - shares[r] - shares[(r + 1) % n]) * count * 4;
+    EXPECT_NEAR(static_cast<double>(bytes), expect, 8.0) << "link " << r << " -> " << (r + 1) % n;
+  }
 }
 
 TEST(TwoLevelAllReduce, AverageAndPreMulSum) {

@@ -1,0 +1,71 @@
+// Balanced ring all-reduce: how much of the vector each rank owns, chosen
+// from the measured rate of every link of the ring.
+//
+// Contract
+// - In a ring all-reduce (ring.cc) rank x owns segment x: the segment's
+//   reduce-scatter starts at the rank after x and ends at x, its all-gather
+//   starts at x and ends at the rank before x. So the link u -> next(u)
+//   carries every segment twice except u's (not sent in the reduce-scatter)
+//   and next(u)'s (not sent in the all-gather): with shares s (fractions of
+//   the vector, summing to 1) it carries (2 - s_u - s_next(u)) of the vector.
+//   Slices of different segments and phases are independent messages, so a
+//   link carries its load without waiting for the others' phases: the
+//   operation takes about max over the links of load / rate (the cost model
+//   here; latency and the pipeline's fill are left out).
+// - balanceShares minimises that maximum over the shares (a linear
+//   programme, solved exactly), then takes, on the straight line from equal
+//   shares to that optimum, the point nearest equal shares whose time is
+//   within kNearOptimal of the optimum (the plan changes the reduction order
+//   of as few elements as it can). When equal shares are within kMinGain of
+//   the optimum, the shares are equal (no plan).
+// - Example: 4 nodes, node 2's link 4x slower both ways. Equal shares load
+//   node 2's links with 1.5 vectors each at a quarter of the rate (6 vector
+//   times at the fast rate); node 2 owning the whole vector loads them with
+//   one vector each (4), the bound: node 2 must receive and send its vector
+//   once. The chain that results (reduce towards node 2, broadcast from it)
+//   is the ring with every other segment empty.
+// - Weights: shares as integers summing to kWeightTotal, the form every rank
+//   agrees on and the schedule uses (segmentOf); no weights (null) give the
+//   unbalanced ring's near-equal segments.
+// - Pure functions: every rank computes the same plan from the same figures.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace tutti::algo {
+
+inline constexpr uint32_t kWeightTotal = 1u << 20;
+inline constexpr double kMinGain = 1.10;      // balance only for 10% or more
+inline constexpr double kNearOptimal = 1.01;  // of the optimum's time
+
+struct BalancePlan {
+  std::vector<double> shares;  // per ring position, summing to 1
+  double timeEqual = 0;        // max load / rate with equal shares (vector / rate unit)
+  double timeBalanced = 0;     // the same with `shares`
+  double timeOptimal = 0;      // the linear programme's optimum
+  bool balanced = false;       // shares differ from equal ones
+};
+
+// `rate[p]`: the rate of the link from ring position p to position p + 1
+// (mod n), any unit, every one > 0. n >= 2.
+BalancePlan balanceShares(const std::vector<double>& rate);
+
+// The time of shares over rates, in the same unit (max over links of load / rate).
+double ringTime(const std::vector<double>& shares, const std::vector<double>& rate);
+
+// Shares -> integer weights summing to kWeightTotal (largest remainders).
+std::vector<uint32_t> toWeights(const std::vector<double>& shares);
+
+// Segment x of `count` elements split by `weights` (null: equal split, as
+// segment() in schedule_util.h): (offset, length) in elements.
+std::pair<size_t, size_t> segmentOf(size_t count, const std::vector<uint32_t>* weights, int n,
+                                    int x);
+
+// A fingerprint of weights (FNV-1a), for the operation's fingerprint: ranks
+// that planned different shares never exchange a message.
+uint32_t weightsKey(const std::vector<uint32_t>& weights);
+
+}  // namespace tutti::algo

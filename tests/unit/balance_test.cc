@@ -1,0 +1,135 @@
+// The balanced ring's plan (algo/balance.h): the linear programme's optimum
+// checked against the bound it should reach and against random shares, the
+// rule that keeps equal shares when balancing gains little, and the integer
+// weights and segments every rank derives from the shares.
+#include "algo/balance.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace tutti::algo {
+namespace {
+
+double sum(const std::vector<double>& v) {
+  double t = 0;
+  for (double x : v) t += x;
+  return t;
+}
+
+TEST(Balance, EqualRatesKeepEqualShares) {
+  for (int n = 2; n <= 9; ++n) {
+    const BalancePlan p = balanceShares(std::vector<double>(n, 3.5));
+    EXPECT_FALSE(p.balanced) << n;
+    for (double s : p.shares) EXPECT_DOUBLE_EQ(s, 1.0 / n);
+    EXPECT_DOUBLE_EQ(p.timeBalanced, p.timeEqual);
+  }
+}
+
+// The case: 4 nodes, node 2's link a quarter of the others' rate
+// both ways. Equal shares: 1.5 vectors at a quarter rate (6); the bound is
+// node 2 receiving and sending its vector once (4), reached by node 2
+// owning (almost) everything.
+TEST(Balance, ASlowNodeOwnsTheVector) {
+  const std::vector<double> rate = {1, 0.25, 0.25, 1};  // links 1->2 and 2->3 slow
+  const BalancePlan p = balanceShares(rate);
+  ASSERT_TRUE(p.balanced);
+  EXPECT_NEAR(p.timeEqual, 6, 1e-9);
+  EXPECT_NEAR(p.timeOptimal, 4, 1e-9);
+  EXPECT_LE(p.timeBalanced, kNearOptimal * 4 + 1e-9);
+  EXPECT_GT(p.shares[2], 0.9);
+  EXPECT_NEAR(sum(p.shares), 1, 1e-12);
+  for (double s : p.shares) EXPECT_GE(s, 0);
+}
+
+// One slow link (1 -> 2 at a fifth): ranks 1 and 2 own the vector between
+// them, so that link carries it once (time 5, against 7.5 with equal shares).
+TEST(Balance, ASlowLinkIsFlankedByTheOwners) {
+  const BalancePlan p = balanceShares({1, 0.2, 1, 1});
+  ASSERT_TRUE(p.balanced);
+  EXPECT_NEAR(p.timeEqual, 7.5, 1e-9);
+  EXPECT_NEAR(p.timeOptimal, 5, 1e-9);
+  EXPECT_GT(p.shares[1] + p.shares[2], 0.95);
+}
+
+// A little unevenness (under kMinGain) keeps equal shares.
+TEST(Balance, SmallGainsKeepEqualShares) {
+  const BalancePlan p = balanceShares({1, 0.95, 1, 1, 0.97});
+  EXPECT_FALSE(p.balanced);
+  EXPECT_LE(p.timeEqual, kMinGain * p.timeOptimal);
+}
+
+// The optimum really is one: no random point of the simplex does better,
+// and the plan's time is what it claims, over random rates of 2 to 12 links.
+TEST(Balance, NoRandomSharesBeatTheOptimum) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.05, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + trial % 11;
+    std::vector<double> rate(n);
+    for (double& r : rate) r = u(rng) * (trial % 3 == 0 ? 10 : 1);
+    const BalancePlan p = balanceShares(rate);
+    ASSERT_NEAR(sum(p.shares), 1, 1e-9);
+    EXPECT_NEAR(ringTime(p.shares, rate), p.timeBalanced, 1e-9);
+    EXPECT_LE(p.timeOptimal, p.timeEqual + 1e-12);
+    EXPECT_LE(p.timeBalanced, std::max(p.timeEqual, kNearOptimal * p.timeOptimal) * (1 + 1e-9));
+    std::exponential_distribution<double> e(1.0);
+    for (int k = 0; k < 300; ++k) {
+      std::vector<double> s(n);
+      for (double& x : s) x = e(rng);
+      const double t = sum(s);
+      for (double& x : s) x /= t;
+      ASSERT_GE(ringTime(s, rate), p.timeOptimal * (1 - 1e-9)) << "trial " << trial;
+    }
+  }
+}
+
+// A bad rate (0, negative, NaN) gives equal shares, never a crash.
+TEST(Balance, BadRatesGiveEqualShares) {
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    const BalancePlan p = balanceShares({1, bad, 1});
+    EXPECT_FALSE(p.balanced);
+    for (double s : p.shares) EXPECT_DOUBLE_EQ(s, 1.0 / 3);
+  }
+}
+
+TEST(Balance, WeightsSumExactlyAndSegmentsTile) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int n = 1 + trial % 9;
+    std::vector<double> s(n);
+    for (double& x : s)
+      x = trial % 4 == 0 && rng() % 2 ? 0.0 : std::uniform_real_distribution<>(0, 1)(rng);
+    if (sum(s) == 0) s[0] = 1;
+    const double t = sum(s);
+    for (double& x : s) x /= t;
+    const std::vector<uint32_t> w = toWeights(s);
+    uint64_t total = 0;
+    for (uint32_t x : w) total += x;
+    ASSERT_EQ(total, kWeightTotal);
+    for (int i = 0; i < n; ++i)
+      EXPECT_NEAR(w[i], s[i] * kWeightTotal, 1.0) << "trial " << trial << " rank " << i;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}, size_t{1} << 40}) {
+      size_t at = 0;
+      for (int x = 0; x < n; ++x) {
+        const auto [start, len] = segmentOf(count, &w, n, x);
+        ASSERT_EQ(start, at) << "segment " << x;
+        at += len;
+      }
+      ASSERT_EQ(at, count);
+    }
+  }
+}
+
+TEST(Balance, NoWeightsIsTheEqualSplit) {
+  EXPECT_EQ(segmentOf(10, nullptr, 3, 0), std::make_pair(size_t{0}, size_t{4}));
+  EXPECT_EQ(segmentOf(10, nullptr, 3, 2), std::make_pair(size_t{7}, size_t{3}));
+}
+
+TEST(Balance, WeightsKeyTellsPlansApart) {
+  EXPECT_NE(weightsKey({1, 2, 3}), weightsKey({1, 3, 2}));
+  EXPECT_EQ(weightsKey({1, 2, 3}), weightsKey({1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace tutti::algo
