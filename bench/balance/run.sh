@@ -16,7 +16,9 @@
 # must receive and send its whole vector once, over a link of --slow-rate
 # (size / slow rate; with one rank per node the other links carry 2 vectors
 # at --rate, below the bound for slow rates under half --rate).
-# Then the plan rank 0 logged and the straggler WARN lines of each rank.
+# tutti-sim predicts each mode's time over the nominal rates (--sim; the
+# "sim" columns: its time and the measured median over it). Then the plan
+# rank 0 logged and the straggler WARN lines of each rank.
 #
 # usage: bench/balance/run.sh [options]
 #   --nodes SPEC      ranks per node (1,1,1,1)
@@ -26,6 +28,7 @@
 #   --rounds K        rounds (3); --iters N (5); --warmup N (1)
 #   --modes M         comma list of static, balanced, ring (static,balanced,ring)
 #   --perf PATH       tutti-perf (default: build/bench/tutti_perf/tutti-perf)
+#   --sim PATH        tutti-sim (default: build/bench/sim/tutti-sim; "none": no prediction)
 #   --out DIR         keep the raw outputs there (default: a temporary directory)
 # Needs root (network namespaces); exits 77 when they cannot be made.
 set -euo pipefail
@@ -37,6 +40,7 @@ source "$root/tests/netns/netns_lib.sh"
 
 spec=1,1,1,1 rate=1gbit slow=2 slow_rate=250mbit size=64M rounds=3 iters=5 warmup=1
 modes=static,balanced,ring perf=$root/build/bench/tutti_perf/tutti-perf out=''
+sim=$root/build/bench/sim/tutti-sim
 while (($# > 0)); do
   case $1 in
     --nodes) spec=$2; shift 2 ;;
@@ -49,6 +53,7 @@ while (($# > 0)); do
     --warmup) warmup=$2; shift 2 ;;
     --modes) modes=$2; shift 2 ;;
     --perf) perf=$2; shift 2 ;;
+    --sim) sim=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -112,10 +117,28 @@ for ((k = 1; k <= rounds; ++k)); do
 done
 
 bound=$(awk -v b="$size_bytes" -v r="$slow_Bps" 'BEGIN {printf "%.3f", b / r}')
+# tutti-sim's prediction per mode (seconds), over the nominal rates.
+predicted="$out/sim.tsv"
+: >"$predicted"
+if [[ $sim != none && -x $sim ]]; then
+  rate_Bps=$(netns_rate_bytes "$rate")
+  for m in "${mode_list[@]}"; do
+    case $m in
+      static) flags=(--algo ring) ;;
+      balanced) flags=(--algo auto --balance) ;;
+      ring) flags=(--algo ring --balance) ;;
+    esac
+    "$sim" --layout "$spec" --inter-bw "$(awk -v r="$rate_Bps" 'BEGIN {print r / 1e9}')" \
+      --node-bw "$slow:$(awk -v r="$slow_Bps" 'BEGIN {print r / 1e9}')" -b "$size" -e "$size" \
+      "${flags[@]}" | awk -v m="$m" '/^ *[0-9]+ +[0-9]+ / { printf "%s\t%.6f\n", m, $3 / 1e6 }' \
+      >>"$predicted"
+  done
+fi
 echo
-echo "| mode | runs (s) | median (s) | static / mode | mode / bound ($bound s) |"
-echo "|---|---|---|---|---|"
-awk -v bound="$bound" -F'\t' '
+echo "| mode | runs (s) | median (s) | static / mode | mode / bound ($bound s) | sim (s) | median / sim |"
+echo "|---|---|---|---|---|---|---|"
+awk -v bound="$bound" -v simfile="$predicted" -F'\t' '
+  FILENAME == simfile { sim[$1] = $2; next }
   { t[$1] = t[$1] (t[$1] == "" ? "" : " ") sprintf("%.3f", $3); v[$1, ++n[$1]] = $3
     if (!($1 in seen)) { seen[$1] = 1; order[++o] = $1 } }
   function median(m,   i, j, a, c, x) {
@@ -126,8 +149,9 @@ awk -v bound="$bound" -F'\t' '
     s = ("static" in seen) ? median("static") : 0
     for (i = 1; i <= o; i++) {
       m = order[i]; md = median(m)
-      printf "| %s | %s | %.3f | %s | %.3f |\n", m, t[m], md, s ? sprintf("%.2fx", s / md) : "-", md / bound }
-  }' "$times"
+      printf "| %s | %s | %.3f | %s | %.3f | %s | %s |\n", m, t[m], md, s ? sprintf("%.2fx", s / md) : "-",
+        md / bound, (m in sim) ? sprintf("%.3f", sim[m]) : "-", (m in sim) ? sprintf("%.2f", md / sim[m]) : "-" }
+  }' "$predicted" "$times"
 echo
 for m in "${mode_list[@]}"; do
   [[ $m == static ]] && continue

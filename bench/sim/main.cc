@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/balance.h"
 #include "common/cli_parse.h"
 #include "sim.h"
 
@@ -91,6 +92,7 @@ struct Options {
   double computeMs = -1;
   size_t gradBytes = 0;
   bool gradGiven = false;
+  bool balance = false;  // --balance
 };
 
 std::string lower(std::string s) {
@@ -238,6 +240,11 @@ void printUsage() {
       "  --inter-bw <bw>          NIC bandwidth per node and direction (default 1.25 GB/s)\n"
       "                           <bw>: a plain number is GB/s (1e9 bytes/s); 25gbit, 25Gb/s\n"
       "                           are bits per second (as tc); 12.5GB/s is bytes\n"
+      "  --node-bw <k:bw,...>     node k's NIC at bw instead (both directions), e.g. 2:250mbit\n"
+      "  --balance                all-reduces of 1 MiB or more run balanced (ring, hierarchical,\n"
+      "                           2dring): shares planned from the model's link rates as tutti\n"
+      "                           plans them at init from measured ones\n"
+      "                           (docs/topology-algorithms.md)\n"
       "  --chunk <size>           slice size of the schedules (default 512K)\n"
       "  --rd-max <size>          auto all-reduce: recursive doubling up to this (default 64K)\n"
       "  --compute-bw <GB/s>      per-rank reduce/copy throughput (default 0: free)\n"
@@ -265,6 +272,8 @@ enum : int {
   kOptComputeMs,
   kOptGradBytes,
   kOptInPlace,
+  kOptNodeBw,
+  kOptBalance,
 };
 
 const option kLongOpts[] = {
@@ -290,6 +299,8 @@ const option kLongOpts[] = {
     {"msg-overhead", required_argument, nullptr, kOptMsgOverhead},
     {"compute-ms", required_argument, nullptr, kOptComputeMs},
     {"grad-bytes", required_argument, nullptr, kOptGradBytes},
+    {"node-bw", required_argument, nullptr, kOptNodeBw},
+    {"balance", no_argument, nullptr, kOptBalance},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
 };
@@ -397,6 +408,28 @@ int parseOptions(int argc, char** argv, Options* o) {
         if (!parseDouble(optarg, 0, &d)) return bad(c, optarg, "microseconds >= 0");
         o->cfg.msgOverheadUs = d;
         break;
+      case kOptNodeBw: {
+        // k:bw[,k:bw...]
+        std::string text = optarg;
+        for (size_t at = 0; at <= text.size();) {
+          const size_t comma = std::min(text.find(',', at), text.size());
+          const std::string item = text.substr(at, comma - at);
+          at = comma + 1;
+          const size_t colon = item.find(':');
+          double gbs = 0;
+          if (colon == std::string::npos ||
+              !parseLong(item.substr(0, colon).c_str(), 0, (1 << 16) - 1, &v) ||
+              !parseBandwidth(item.c_str() + colon + 1, &gbs) || !(gbs > 0))
+            return bad(c, optarg, "node:bandwidth pairs, comma separated, such as 2:250mbit");
+          if (o->cfg.nodeInterGBs.size() <= static_cast<size_t>(v))
+            o->cfg.nodeInterGBs.resize(v + 1, 0.0);
+          o->cfg.nodeInterGBs[v] = gbs;
+        }
+        break;
+      }
+      case kOptBalance:
+        o->balance = true;
+        break;
       case kOptComputeMs:
         if (!parseDouble(optarg, 0, &d) || d <= 0) return bad(c, optarg, "milliseconds > 0");
         o->computeMs = d;
@@ -433,6 +466,11 @@ int parseOptions(int argc, char** argv, Options* o) {
     return 2;
   }
   if (!o->layoutGiven) o->layout.assign(o->nodes, o->ppn);
+  if (o->cfg.nodeInterGBs.size() > o->layout.size()) {
+    std::fprintf(stderr, "%s: --node-bw names node %zu; there are %zu nodes\n", kProg,
+                 o->cfg.nodeInterGBs.size() - 1, o->layout.size());
+    return 2;
+  }
   long total = 0;
   for (int k : o->layout) total += k;
   if (total > (1 << 16)) {
@@ -506,7 +544,48 @@ struct Runner {
     c.algo = a.algo;
     c.nodes = &nodes;
     c.cost = &o.cfg.cost;
+    if (planned && c.coll == Collective::kAllReduce && bytes >= algo::kBalanceMinBytes)
+      c.balance = &balance;
     return c;
+  }
+
+  // --balance: the plans tutti makes at init (Comm::planBalance), from the
+  // model's rates: a ring link inside a node at the intra-node figure, one
+  // between nodes at the slower of the two NICs.
+  algo::Balance balance;
+  bool planned = false;
+  std::string planBalance() {
+    const std::vector<int> ring = nodes.ringOrder();
+    auto nic = [&](int node) {
+      const auto& v = o.cfg.nodeInterGBs;
+      return static_cast<size_t>(node) < v.size() && v[node] > 0 ? v[node]
+                                                                 : o.cfg.cost.inter.bandwidthGBs;
+    };
+    std::vector<double> rate(n);
+    for (int p = 0; p < n; ++p) {
+      const int a = nodes.nodeOf[ring[p]], b = nodes.nodeOf[ring[(p + 1) % n]];
+      rate[p] = a == b ? o.cfg.cost.intra.bandwidthGBs : std::min(nic(a), nic(b));
+    }
+    balance = algo::planBalance(nodes, rate);
+    planned = true;
+    auto text = [](const algo::BalancePlan& p, const std::vector<int>& who, const char* by) {
+      if (!p.balanced) return std::string("equal shares (within 10% of the best plan)");
+      std::string out = "shares by " + std::string(by);
+      for (size_t i = 0; i < p.shares.size(); ++i)
+        if (p.shares[i] >= 0.001) {
+          char buf[48];
+          std::snprintf(buf, sizeof buf, " %d:%.1f%%", who[i], 100 * p.shares[i]);
+          out += buf;
+        }
+      char gain[64];
+      std::snprintf(gain, sizeof gain, ", %.2fx faster than equal shares",
+                    p.timeEqual / p.timeBalanced);
+      return out + gain;
+    };
+    std::vector<int> nodeIds(nodes.nNodes());
+    for (int k = 0; k < nodes.nNodes(); ++k) nodeIds[k] = k;
+    return "ring: " + text(balance.ring, ring, "rank") +
+           "; network ring of the two-level algorithms: " + text(balance.net, nodeIds, "node");
   }
 
   std::map<std::pair<std::string, size_t>, SimResult> done;  // the scaling rows reuse the table's
@@ -537,7 +616,7 @@ int mainImpl(int argc, char** argv) {
   int pr = parseOptions(argc, argv, &o);
   if (pr == 1) return 0;
   if (pr != 0) return 2;
-  Runner run{o, makeNodeMap(o.layout), 0, 0.0, 0.0, 0, false, {}, {}};
+  Runner run{o, makeNodeMap(o.layout), 0, 0.0, 0.0, 0, false, {}, {}, false, {}};
   run.n = static_cast<int>(run.nodes.nodeOf.size());
   const int n = run.n;
 
@@ -560,6 +639,13 @@ int mainImpl(int argc, char** argv) {
               gbsText(o.cfg.cost.intra.bandwidthGBs).c_str());
   std::printf("# inter: %g us, %s per node NIC and direction; FIFO per resource\n",
               o.cfg.cost.inter.latencyUs, gbsText(o.cfg.cost.inter.bandwidthGBs).c_str());
+  for (size_t k = 0; k < o.cfg.nodeInterGBs.size(); ++k)
+    if (o.cfg.nodeInterGBs[k] > 0)
+      std::printf("# node %zu: NIC at %s\n", k, gbsText(o.cfg.nodeInterGBs[k]).c_str());
+  if (o.balance && n > 1 && run.nodes.nNodes() > 1)
+    std::printf("# balance (all-reduces of 1 MiB or more): %s\n", run.planBalance().c_str());
+  else if (o.balance)
+    std::printf("# balance: one node, nothing to plan\n");
   if (o.cfg.computeGBs > 0 || o.cfg.msgOverheadUs > 0)
     std::printf("# cpu: compute %g GB/s, %g us per message\n", o.cfg.computeGBs,
                 o.cfg.msgOverheadUs);

@@ -159,6 +159,13 @@ class Engine {
     ++nProblems_;
   }
   bool interNode(const Msg& m) const { return nodeOf_[m.src] != nodeOf_[m.dst]; }
+  // A message's bandwidth on its node's NIC (inter) or its rank's port.
+  double bandwidthGBs(bool inter, int node) const {
+    if (inter && static_cast<size_t>(node) < cfg_.nodeInterGBs.size() &&
+        cfg_.nodeInterGBs[node] > 0)
+      return cfg_.nodeInterGBs[node];
+    return inter ? cfg_.cost.inter.bandwidthGBs : cfg_.cost.intra.bandwidthGBs;
+  }
   // Resources: send port r, receive port n+r, CPU 2n+r, uplink 3n+k, downlink 3n+N+k.
   size_t cpu(int r) const { return 2 * static_cast<size_t>(n_) + r; }
   void push(double t, Kind k, uint32_t id) {
@@ -324,7 +331,7 @@ void Engine::stage1(uint32_t m, double t) {
   const algo::LinkModel& link = inter ? cfg_.cost.inter : cfg_.cost.intra;
   const size_t res =
       inter ? 3 * static_cast<size_t>(n_) + nodeOf_[msg.src] : static_cast<size_t>(msg.src);
-  const double dur = static_cast<double>(msg.bytes) / (link.bandwidthGBs * 1e3);
+  const double dur = static_cast<double>(msg.bytes) / (bandwidthGBs(inter, nodeOf_[msg.src]) * 1e3);
   const double s = std::max(t, free_[res]);
   free_[res] = s + dur;
   rankTime_[msg.src] = std::max(rankTime_[msg.src], s + dur);
@@ -338,10 +345,9 @@ void Engine::stage1(uint32_t m, double t) {
 void Engine::stage2(uint32_t m, double t) {
   const Msg& msg = msgs_[m];
   const bool inter = interNode(msg);
-  const algo::LinkModel& link = inter ? cfg_.cost.inter : cfg_.cost.intra;
   const size_t res = inter ? 3 * static_cast<size_t>(n_) + nNodes_ + nodeOf_[msg.dst]
                            : static_cast<size_t>(n_) + msg.dst;
-  const double dur = static_cast<double>(msg.bytes) / (link.bandwidthGBs * 1e3);
+  const double dur = static_cast<double>(msg.bytes) / (bandwidthGBs(inter, nodeOf_[msg.dst]) * 1e3);
   const double s = std::max(t, free_[res]);
   free_[res] = s + dur;
   if (s + dur > t)
@@ -556,6 +562,9 @@ Status checkConfig(const SimConfig& cfg) {
     if (!(l->latencyUs >= 0) || std::isinf(l->latencyUs))
       return invalidArgument(fmt::format("link latency {} us: must be >= 0", l->latencyUs));
   }
+  for (double gbs : cfg.nodeInterGBs)
+    if (std::isnan(gbs) || std::isinf(gbs))
+      return invalidArgument(fmt::format("node NIC bandwidth {} GB/s: must be finite", gbs));
   if (!(cfg.computeGBs >= 0) || !(cfg.msgOverheadUs >= 0))
     return invalidArgument("computeGBs and msgOverheadUs must be >= 0");
   return Status::ok();

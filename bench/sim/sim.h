@@ -13,6 +13,7 @@
 // - every node has a NIC uplink and downlink (`cost.inter`), shared by all of
 //   the node's ranks: a message between two nodes occupies the sender node's
 //   uplink, then the receiver node's downlink;
+//   (SimConfig::nodeInterGBs gives a node's NIC a bandwidth of its own);
 // - a message occupies each of its two resources for bytes / bandwidth, in
 //   FIFO order of arrival at the resource (no fair sharing), the second one
 //   from `latencyUs` after it started on the first (so an idle path delivers
@@ -34,6 +35,9 @@ namespace tutti::sim {
 
 struct SimConfig {
   algo::CostModel cost;      // intra: per-rank ports; inter: per-node NIC
+  // Per node: its NIC's bandwidth both ways, GB/s, where it differs from
+  // cost.inter's (a slow node); a missing or non-positive entry: cost.inter.
+  std::vector<double> nodeInterGBs;
   double computeGBs = 0;     // per rank: reduce / copy / scale throughput; 0: free
   double msgOverheadUs = 0;  // per message, on the sending rank's CPU; 0: none
 };

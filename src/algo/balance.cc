@@ -150,6 +150,40 @@ std::vector<uint32_t> toWeights(const std::vector<double>& shares) {
   return w;
 }
 
+std::vector<uint32_t> rankWeights(const std::vector<int>& ring, const std::vector<double>& shares) {
+  const std::vector<uint32_t> byPos = toWeights(shares);
+  std::vector<uint32_t> w(ring.size(), 0);
+  for (size_t p = 0; p < ring.size(); ++p) w[ring[p]] = byPos[p];
+  return w;
+}
+
+Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate) {
+  Balance b;
+  const std::vector<int> ring = nm.ringOrder();
+  const int n = static_cast<int>(ring.size()), nodes = nm.nNodes();
+  b.ring = balanceShares(ringRate);
+  if (b.ring.balanced) b.ranks = rankWeights(ring, b.ring.shares);
+  std::vector<double> net(nodes, 0);
+  for (int p = 0; p < n; ++p) {
+    const int from = nm.nodeOf[ring[p]], to = nm.nodeOf[ring[(p + 1) % n]];
+    if (from != to) net[from] = ringRate[p];
+  }
+  b.net = balanceShares(net);
+  if (b.net.balanced) b.nodes = toWeights(b.net.shares);
+  return b;
+}
+
+const std::vector<uint32_t>* ringWeights(const CollArgs& a) {
+  return a.balance && a.balance->ranks.size() == static_cast<size_t>(a.nranks) ? &a.balance->ranks
+                                                                               : nullptr;
+}
+
+const std::vector<uint32_t>* netWeights(const CollArgs& a) {
+  return a.balance && a.nodes && a.balance->nodes.size() == static_cast<size_t>(a.nodes->nNodes())
+             ? &a.balance->nodes
+             : nullptr;
+}
+
 uint32_t weightsKey(const std::vector<uint32_t>& weights) {
   uint32_t h = 2166136261u;
   for (uint32_t w : weights)

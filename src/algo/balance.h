@@ -35,11 +35,16 @@
 #include <utility>
 #include <vector>
 
+#include "algo/schedule.h"
+
 namespace tutti::algo {
 
 inline constexpr uint32_t kWeightTotal = 1u << 20;
 inline constexpr double kMinGain = 1.10;      // balance only for 10% or more
 inline constexpr double kNearOptimal = 1.01;  // of the optimum's time
+// A ring all-reduce this large or larger runs balanced (smaller ones are
+// latency-bound: shares change little there).
+inline constexpr size_t kBalanceMinBytes = 1 << 20;
 
 struct BalancePlan {
   std::vector<double> shares;  // per ring position, summing to 1
@@ -58,6 +63,9 @@ double ringTime(const std::vector<double>& shares, const std::vector<double>& ra
 
 // Shares -> integer weights summing to kWeightTotal (largest remainders).
 std::vector<uint32_t> toWeights(const std::vector<double>& shares);
+// Shares per ring position -> weights per rank (CollArgs::weights); `ring`:
+// position -> rank (NodeMap::ringOrder).
+std::vector<uint32_t> rankWeights(const std::vector<int>& ring, const std::vector<double>& shares);
 
 // Segment x of `count` elements split by `weights` (null: equal split, as
 // segment() in schedule_util.h): (offset, length) in elements.
@@ -67,5 +75,22 @@ std::pair<size_t, size_t> segmentOf(size_t count, const std::vector<uint32_t>* w
 // A fingerprint of weights (FNV-1a), for the operation's fingerprint: ranks
 // that planned different shares never exchange a message.
 uint32_t weightsKey(const std::vector<uint32_t>& weights);
+
+// The plans of a layout (CollArgs::balance): the flat ring's, shares per
+// rank, and the network ring's of the two-level algorithms (hierarchical.cc:
+// piece y of every segment is owned by node y), shares per node, each from
+// the rates of the links it crosses. Empty weights: equal shares (not worth
+// it, see balanceShares).
+struct Balance {
+  BalancePlan ring, net;
+  std::vector<uint32_t> ranks, nodes;
+  double ringGain() const { return ring.timeEqual / ring.timeBalanced; }
+  double netGain() const { return net.timeEqual / net.timeBalanced; }
+};
+// `ringRate[p]`: the rate of the ring link from position p of
+// nm.ringOrder() to p + 1 (a link inside a node at the intra-node rate).
+// The network ring's link from node k to k + 1 is the flat ring's link
+// leaving node k.
+Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate);
 
 }  // namespace tutti::algo

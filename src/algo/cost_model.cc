@@ -6,6 +6,9 @@
 #include <limits>
 #include <sstream>
 
+#include "algo/balance.h"
+#include "algo/schedule_util.h"
+
 namespace tutti::algo {
 
 namespace {
@@ -32,9 +35,10 @@ double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo) {
     case CollArgs::Algo::kRing:
       // 2(n-1) steps; with the ring keeping nodes together, each link (a
       // node's uplink included) carries one stream of 2(n-1)/n of the data.
-      // Balanced (a.weights), the slowest links carry less (algo/balance.h).
-      return 2.0 * (n - 1) * flat.latencyUs + moveUs(2.0 * (n - 1) / n * bytes, flat.bandwidthGBs) /
-                                                  (a.weights ? std::max(1.0, a.balanceGain) : 1.0);
+      // Balanced (algo/balance.h), the slowest links carry less.
+      return 2.0 * (n - 1) * flat.latencyUs +
+             moveUs(2.0 * (n - 1) / n * bytes, flat.bandwidthGBs) /
+                 (ringWeights(a) ? std::max(1.0, a.balance->ringGain()) : 1.0);
     case CollArgs::Algo::kRecursiveDoubling: {
       if (bytes > static_cast<double>(a.rdMaxBytes) && a.algo != algo) return kNotApplicable;
       int p2 = 1, steps = 0;
@@ -67,7 +71,8 @@ double predictAllReduceUs(const CollArgs& a, CollArgs::Algo algo) {
       // Across nodes a node's link carries 2(N-1)/N of the data in either
       // algorithm: spread over all its ranks (hierarchical) or one leader.
       const double netAr = 2.0 * (nodes - 1) * net.latencyUs +
-                           moveUs(2.0 * (nodes - 1) / nodes * bytes, net.bandwidthGBs);
+                           moveUs(2.0 * (nodes - 1) / nodes * bytes, net.bandwidthGBs) /
+                               (netWeights(a) ? std::max(1.0, a.balance->netGain()) : 1.0);
       if (algo == CollArgs::Algo::kHierarchical) return nodeRs + netAr + nodeRs;
       // 2D-ring: the leader also gathers the node's sum, then forwards all of
       // it down the node's chain.

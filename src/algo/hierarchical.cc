@@ -19,6 +19,8 @@
 //      only the leaders do.
 //   4. Node all-gather: each final message travels the node's ring from the
 //      holder to every other rank.
+// Balanced (CollArgs::balance, algo/balance.h), piece y of every segment is
+// sized by node y's share instead of 1/N.
 // Unequal nodes work unchanged: a node with fewer ranks gives each of them
 // more segments, and a node of one rank skips steps 1, 2 and 4.
 //
@@ -27,6 +29,7 @@
 // from another peer names it in `after`. Premulsum scales every input once up
 // front (into the receive buffer) and sums from then on, so the network
 // step's combines are plain sums of partials.
+#include "algo/balance.h"
 #include "algo/schedule_util.h"
 
 namespace tutti::algo {
@@ -93,7 +96,7 @@ void twoLevelAllReduce(Schedule* s, const CollArgs& a, bool viaLeaders) {
     // Steps 3 and 4, per message: piece y of the segment cut at the slice
     // grid. (j, y) names a message; the tag index j * N + y is unique.
     for (int y = 0; y < nNodes; ++y) {
-      const auto [pStart, pLen] = segment(segLen, nNodes, y);
+      const auto [pStart, pLen] = segmentOf(segLen, netWeights(a), nNodes, y);
       if (pLen == 0) continue;
       for (size_t e = pStart; e < pStart + pLen;) {
         const size_t j = e / sliceElems;

@@ -7,7 +7,7 @@
 //   all-gather: the final slice travels x -> x+1 -> ... -> x-1.
 // Messages are tagged (phase, x, j), so every slice is independent: channels
 // take whichever slice is ready, and a slow slice never blocks a fast one.
-// Segments are near-equal, or sized by CollArgs::weights (the balanced ring,
+// Segments are near-equal, or sized by the balanced plan (CollArgs::balance,
 // algo/balance.h): an element's reduction order is the ring's from the rank
 // after its segment's owner, so shares change which order an element gets,
 // never that every rank ends with the owner's bits.
@@ -46,7 +46,7 @@ void ringReduce(Schedule* s, const CollArgs& a, bool allReduce) {
   for (int x = 0; x < n; ++x) {
     size_t segStart, segLen;
     if (allReduce) {
-      auto sg = segmentOf(a.count, a.weights, n, x);
+      auto sg = segmentOf(a.count, ringWeights(a), n, x);
       segStart = sg.first * es;
       segLen = sg.second * es;
     } else {
@@ -283,9 +283,13 @@ Schedule makeSchedule(const CollArgs& a) {
       else
         ringReduce(&s, a, true);
       s.algorithm = algoName(algo);
-      if (algo == CollArgs::Algo::kRing && a.weights) {
-        s.algorithm = "balanced ring";
-        s.planKey = weightsKey(*a.weights);
+      const std::vector<uint32_t>* w =
+          algo == CollArgs::Algo::kRing ? ringWeights(a)
+          : algo == CollArgs::Algo::kHierarchical || algo == CollArgs::Algo::k2DRing ? netWeights(a)
+                                                                                     : nullptr;
+      if (w) {
+        s.algorithm = "balanced " + s.algorithm;
+        s.planKey = weightsKey(*w);
       }
       break;
     }

@@ -131,12 +131,14 @@ struct Schedule {
   size_t scratchBytes = 0;
   std::vector<int> peers;  // every peer this rank exchanges messages with
   std::string algorithm;   // for logs
-  uint32_t planKey = 0;    // what else the plan depends on (a balanced ring's weights)
+  uint32_t planKey = 0;    // what else the plan depends on (a balanced plan's weights)
 };
 
 // Which node (host) each rank is on. Nodes are numbered in the order of their
 // lowest rank; each node lists its ranks ascending ("local ranks" are
 // positions in that list). A null NodeMap means every rank on one node.
+struct Balance;  // algo/balance.h
+
 struct NodeMap {
   std::vector<int> nodeOf;              // rank -> node index
   std::vector<int> localOf;             // rank -> position within its node
@@ -196,12 +198,11 @@ struct CollArgs {
   bool sharedMemory = false;
   // For kAuto; null: the defaults of CostModel.
   const CostModel* cost = nullptr;
-  // Ring all-reduce: the share of the vector each rank owns, per rank,
-  // summing to kWeightTotal (algo/balance.h); null: near-equal segments.
-  // `balanceGain`: how much faster than equal segments the model says they
-  // are (the cost model divides the ring's transfer time by it).
-  const std::vector<uint32_t>* weights = nullptr;
-  double balanceGain = 1.0;
+  // All-reduce: the balanced plans (algo/balance.h) of the ring (shares per
+  // rank) and of the two-level algorithms' network ring (per node); null or
+  // empty weights: equal shares. The cost model divides each algorithm's
+  // transfer time by its plan's gain.
+  const Balance* balance = nullptr;
 };
 
 // The schedule for one rank: ring / chain / direct (src/algo/ring.cc),

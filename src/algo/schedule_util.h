@@ -47,6 +47,11 @@ inline std::vector<Slice> slices(size_t bytes, size_t elemSize, size_t chunk) {
   return out;
 }
 
+// The balanced plan's weights of the ring and of the network ring
+// (algo/balance.h), or null: equal shares.
+const std::vector<uint32_t>* ringWeights(const CollArgs& a);
+const std::vector<uint32_t>* netWeights(const CollArgs& a);
+
 // Near-equal split of `count` elements into n segments: (offset, length) in elements.
 inline std::pair<size_t, size_t> segment(size_t count, int n, int x) {
   size_t base = count / n, extra = count % n;

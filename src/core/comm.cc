@@ -433,60 +433,61 @@ Status Comm::probeRingLinks(bool needed, std::vector<LinkFigures>* out) {
   return bootstrap_->allGather(out->data(), sizeof(LinkFigures));
 }
 
-// The balanced ring (algo/balance.h) over the rates of the ring's links: the
-// measured ones between nodes, the cost model's intra-node figure inside
-// one. Every rank computes it from the same gathered figures; the
+// The balanced plans (algo/balance.h) over the rates of the ring's links:
+// the measured ones between nodes, the cost model's intra-node figure inside
+// one. Every rank computes them from the same gathered figures; the
 // operation's fingerprint carries the weights, so ranks that planned
 // differently fail their first balanced call instead of mixing segments.
 void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
-  balanceWeights_.clear();
-  balanceGain_ = 1.0;
+  balance_ = algo::Balance();
   if (nodeMap_.nNodes() < 2) return;
   const std::vector<int> ring = nodeMap_.ringOrder();
   std::vector<double> rate(nranks_);
+  std::string rates;
   for (int p = 0; p < nranks_; ++p) {
     const int from = ring[p], to = ring[(p + 1) % nranks_];
     if (nodeMap_.nodeOf[from] == nodeMap_.nodeOf[to]) {
       rate[p] = costModel_.intra.bandwidthGBs;
-    } else if (links[from].bandwidthGBs > 0) {
-      rate[p] = links[from].bandwidthGBs;
-    } else {
+      continue;
+    }
+    if (!(links[from].bandwidthGBs > 0)) {
       if (rank_ == 0 && enabled)
         TUTTI_INFO(log::kTuning, "balance: off (the link from rank {} to rank {} was not measured)",
                    from, to);
       return;
     }
+    rate[p] = links[from].bandwidthGBs;
+    rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to, rate[p]);
   }
-  const algo::BalancePlan plan = algo::balanceShares(rate);
+  algo::Balance plan = algo::planBalance(nodeMap_, rate);
   if (rank_ == 0) {
-    std::string rates, shares;
-    for (int p = 0; p < nranks_; ++p) {
-      const int from = ring[p], to = ring[(p + 1) % nranks_];
-      if (nodeMap_.nodeOf[from] != nodeMap_.nodeOf[to])
-        rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to, rate[p]);
-      shares += fmt::format("{}{}:{:.1f}%", shares.empty() ? "" : " ", from, 100 * plan.shares[p]);
-    }
-    const double gain = plan.timeEqual / plan.timeBalanced;
+    auto shares = [](const std::vector<double>& s, const std::vector<int>& who) {
+      std::string out;
+      for (size_t i = 0; i < s.size(); ++i)
+        out += fmt::format("{}{}:{:.1f}%", out.empty() ? "" : " ", who[i], 100 * s[i]);
+      return out;
+    };
+    std::vector<int> nodes(nodeMap_.nNodes());
+    for (int k = 0; k < nodeMap_.nNodes(); ++k) nodes[k] = k;
+    auto one = [&](const char* what, const algo::BalancePlan& p, const std::vector<int>& who,
+                   const char* by) {
+      return p.balanced ? fmt::format(
+                              "{} {:.2f}x faster than equal shares in the model (shares "
+                              "by {}: {})",
+                              what, p.timeEqual / p.timeBalanced, by, shares(p.shares, who))
+                        : fmt::format("{} equal shares (within {:.0f}% of the best plan)", what,
+                                      100 * (algo::kMinGain - 1));
+    };
+    const std::string detail = fmt::format(
+        "{}; {}; inter-node links GB/s: {}", one("ring:", plan.ring, ring, "rank"),
+        one("network ring of the two-level algorithms:", plan.net, nodes, "node"), rates);
     if (!enabled)
-      TUTTI_INFO(log::kTuning, "balance: off (TUTTI_BALANCE=0); balanced shares would gain {:.2f}x",
-                 gain);
-    else if (!plan.balanced)
-      TUTTI_INFO(log::kTuning,
-                 "balance: equal shares (within {:.0f}% of the best plan; inter-node links GB/s: "
-                 "{})",
-                 100 * (algo::kMinGain - 1), rates);
+      TUTTI_INFO(log::kTuning, "balance: off (TUTTI_BALANCE=0); would be {}", detail);
     else
-      TUTTI_INFO(log::kTuning,
-                 "balance: ring all-reduce of {} KiB or more shares the vector by link rate, "
-                 "{:.2f}x faster than equal shares in the model (inter-node links GB/s: {}; "
-                 "shares by rank: {})",
-                 kBalanceMinBytes >> 10, gain, rates, shares);
+      TUTTI_INFO(log::kTuning, "balance: all-reduces of {} KiB or more: {}",
+                 algo::kBalanceMinBytes >> 10, detail);
   }
-  if (!enabled || !plan.balanced) return;
-  const std::vector<uint32_t> byPos = algo::toWeights(plan.shares);
-  balanceWeights_.assign(nranks_, 0);
-  for (int p = 0; p < nranks_; ++p) balanceWeights_[ring[p]] = byPos[p];
-  balanceGain_ = plan.timeEqual / plan.timeBalanced;
+  if (enabled) balance_ = std::move(plan);
 }
 
 Comm::~Comm() {

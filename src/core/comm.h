@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "algo/balance.h"
 #include "algo/schedule.h"
 #include "base/status.h"
 #include "core/backend.h"
@@ -238,14 +239,11 @@ class Comm {
   // topology file gave it (rank 0's, as every rank agreed at init); 0 when
   // the cost model has only its default.
   double knownInterMBps() const { return knownInterMBps_; }
-  // The balanced ring's weights (per rank, algo/balance.h), agreed at init
-  // from the measured link rates; null: equal segments. A ring all-reduce
-  // of kBalanceMinBytes or more uses them.
-  const std::vector<uint32_t>* balanceWeights() const {
-    return balanceWeights_.empty() ? nullptr : &balanceWeights_;
-  }
-  static constexpr size_t kBalanceMinBytes = 1 << 20;
-  double balanceGain() const { return balanceGain_; }  // the plan's, in the model
+  // The balanced plans (algo/balance.h), agreed at init from the measured
+  // link rates (empty weights: equal shares). An all-reduce of
+  // algo::kBalanceMinBytes or more on the ring or a two-level algorithm
+  // uses them.
+  const algo::Balance& balance() const { return balance_; }
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -343,7 +341,7 @@ class Comm {
   // on, gathered on every rank. `needed`: the topology leaves an inter-node
   // figure out.
   Status probeRingLinks(bool needed, std::vector<LinkFigures>* out);
-  // balanceWeights_ from the gathered figures (TUTTI_BALANCE: `enabled`).
+  // balance_ from the gathered figures (TUTTI_BALANCE: `enabled`).
   void planBalance(const std::vector<LinkFigures>& links, bool enabled);
   // Reads TUTTI_COMPRESSION and TUTTI_COMPRESSION_MIN_BYTES (comm.cc).
   Status readCompressionEnv();
@@ -397,8 +395,7 @@ class Comm {
   double timeoutSec_ = 300;
   int throttledChannel_ = -1, throttleUs_ = 0;
   double knownInterMBps_ = 0;
-  std::vector<uint32_t> balanceWeights_;  // per rank (algo/balance.h); empty: no plan
-  double balanceGain_ = 1.0;
+  algo::Balance balance_;
   std::vector<double> linkMBps_;  // TUTTI_TEST_LINK_MBPS: per peer, the rate of this rank's link
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag

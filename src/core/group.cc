@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "algo/balance.h"
 #include "algo/cost_model.h"
 #include "base/log.h"
 #include "base/types.h"
@@ -250,13 +251,11 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
     if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
         o->coll == Collective::kReduceScatter)
       a.algo = comm.forcedAlgo();
-    // The balanced ring (algo/balance.h) for large plain all-reduces: a
+    // The balanced plans (algo/balance.h) for large plain all-reduces: a
     // compressed one (compress/wire.cc) keeps equal segments.
     if (o->coll == Collective::kAllReduce && o->wire.format == algo::Wire::kRaw &&
-        bytes >= Comm::kBalanceMinBytes) {
-      a.weights = comm.balanceWeights();
-      a.balanceGain = comm.balanceGain();
-    }
+        bytes >= algo::kBalanceMinBytes)
+      a.balance = &comm.balance();
     algo::Schedule s;
     if (o->wire.format == algo::Wire::kSign) {
       s = compress::signAllReduce(a);

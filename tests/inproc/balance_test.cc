@@ -35,8 +35,10 @@ std::vector<std::vector<uint32_t>> weightsAfterInit(const char* rates, const cha
            {"TUTTI_TEST_LINK_MBPS", rates}});
   std::vector<std::vector<uint32_t>> weights(kRanks);
   runRanks(kRanks, [&](int r, ncclComm_t comm) {
-    if (const auto* w = comm->impl()->balanceWeights()) weights[r] = *w;
-    // Above Comm::kBalanceMinBytes (1 MiB): balanced when there is a plan.
+    weights[r] = comm->impl()->balance().ranks;
+    // One rank per node: the two-level algorithms' network ring is the ring.
+    EXPECT_EQ(comm->impl()->balance().nodes, weights[r]) << "rank " << r;
+    // Above algo::kBalanceMinBytes (1 MiB): balanced when there is a plan.
     int round = 0;
     for (size_t count : {size_t{(1 << 18) + 3}, size_t{(1 << 19) + 1}})
       for (bool inPlace : {false, true}) allReduce(r, comm, count, round++, inPlace);

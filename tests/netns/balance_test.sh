@@ -49,7 +49,7 @@ for balance in 1 0; do
   echo "TUTTI_BALANCE=$balance: ${plan:-no plan line}"
   echo "  4 MiB all-reduces ran as: ${algos:-nothing logged}"
   if ((balance)); then
-    share=$(sed -n 's/.* 2:\([0-9.]*\)%.*/\1/p' <<<"$plan")
+    share=$(sed -n 's/.*shares by rank: [^)]* 2:\([0-9.]*\)%.*/\1/p' <<<"$plan")
     if ! awk -v s="${share:-0}" 'BEGIN { exit !(s >= 90) }'; then
       echo "FAIL: node 2 should own at least 90% of the vector, plan: ${plan:-none}"
       fail=1

@@ -196,10 +196,9 @@ void prepare(RankState* st, const CollArgs& a, size_t sendBytes, size_t recvByte
 
 // All-reduce of int32 data, value of element i on rank r = (r+1)*1000 + i % 997
 // (exact in int32 for these rank counts), checked on every rank.
-// `weights`: a balanced ring's shares per rank (algo/balance.h).
+// `balance`: balanced shares (algo/balance.h).
 void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, RedOp op,
-                    int64_t divisor, bool inPlace, size_t chunk,
-                    const std::vector<uint32_t>* weights = nullptr) {
+                    int64_t divisor, bool inPlace, size_t chunk, const Balance* balance = nullptr) {
   const NodeMap nm = mapOf(layout);
   const int n = static_cast<int>(nm.nodeOf.size());
   SCOPED_TRACE(testing::Message() << "ranks " << n << " nodes " << nm.nNodes() << " algo "
@@ -211,14 +210,18 @@ void checkAllReduce(const Layout& layout, CollArgs::Algo algo, size_t count, Red
       RankState& st = ranks[r];
       CollArgs a =
           int32Args(Collective::kAllReduce, r, nm, count, op, divisor, inPlace, chunk, algo);
-      a.weights = weights;
+      a.balance = balance;
       prepare(&st, a, count * 4, count * 4, 0);
       // (two-level algorithms on one node run as the ring)
       if (algo != CollArgs::Algo::kAuto &&
           (nm.nNodes() > 1 ||
            (algo != CollArgs::Algo::kHierarchical && algo != CollArgs::Algo::k2DRing))) {
-        const bool balanced = weights && algo == CollArgs::Algo::kRing;
-        EXPECT_STREQ(st.s.algorithm.c_str(), balanced ? "balanced ring" : algoName(algo));
+        const bool balanced =
+            balance && (algo == CollArgs::Algo::kRing ? !balance->ranks.empty()
+                                                      : (algo == CollArgs::Algo::kHierarchical ||
+                                                         algo == CollArgs::Algo::k2DRing) &&
+                                                            !balance->nodes.empty());
+        EXPECT_EQ(st.s.algorithm, (balanced ? "balanced " : "") + std::string(algoName(algo)));
       }
     }
     std::string why;
@@ -294,13 +297,14 @@ TEST(BalancedRing, ExactForAnyWeights) {
     for (double x : shares) total += x;
     for (double& x : shares) x /= total;
     plans.push_back(toWeights(shares));
-    for (const auto& w : plans)
+    std::vector<Balance> b(plans.size());
+    for (size_t i = 0; i < plans.size(); ++i) b[i].ranks = plans[i];
+    for (const Balance& w : b)
       for (size_t count : {size_t{1}, size_t{5}, size_t{37}, size_t{1001}})
         for (bool inPlace : {false, true})
           checkAllReduce({{n}}, Algo::kRing, count, RedOp::kSum, 0, inPlace, 64, &w);
-    checkAllReduce({std::vector<int>(n, 1)}, Algo::kRing, 999, RedOp::kSum, n, false, 32,
-                   &plans[2]);
-    checkAllReduce({{n}}, Algo::kRing, 101, RedOp::kPreMulSum, 0, true, 16, &plans[0]);
+    checkAllReduce({std::vector<int>(n, 1)}, Algo::kRing, 999, RedOp::kSum, n, false, 32, &b[2]);
+    checkAllReduce({{n}}, Algo::kRing, 101, RedOp::kPreMulSum, 0, true, 16, &b[0]);
   }
 }
 
@@ -310,12 +314,13 @@ TEST(BalancedRing, LinkTrafficFollowsTheShares) {
   const int n = 5;
   const size_t count = 1 << 16;
   const std::vector<double> shares = {0.05, 0.1, 0.6, 0.25, 0.0};
-  const std::vector<uint32_t> w = toWeights(shares);
+  Balance b;
+  b.ranks = toWeights(shares);
   const NodeMap nm = mapOf({std::vector<int>(n, 1)});
   for (int r = 0; r < n; ++r) {
     CollArgs a =
         int32Args(Collective::kAllReduce, r, nm, count, RedOp::kSum, 0, false, 4096, Algo::kRing);
-    a.weights = &w;
+    a.balance = &b;
     const Schedule s = makeSchedule(a);
     size_t bytes = 0;
     for (const SendStep& st : s.sends) {
@@ -324,6 +329,36 @@ TEST(BalancedRing, LinkTrafficFollowsTheShares) {
     }
     const double expect = (2 - shares[r] - shares[(r + 1) % n]) * count * 4;
     EXPECT_NEAR(static_cast<double>(bytes), expect, 8.0) << "link " << r << " -> " << (r + 1) % n;
+  }
+}
+
+// The two-level algorithms balanced: piece y of every segment sized by node
+// y's weight (one node owning everything, one owning nothing, random), on
+// equal and unequal nodes, ranks numbered node by node and round-robin.
+TEST(BalancedTwoLevel, ExactForAnyNodeWeights) {
+  std::mt19937 rng(5);
+  const std::vector<Layout> layouts = {{{2, 2, 2}}, {{1, 2, 3}}, {{3, 3}, true}, {{2, 1, 2}, true}};
+  for (const Layout& l : layouts) {
+    const int nodes = static_cast<int>(l.perNode.size());
+    std::vector<Balance> plans(3);
+    plans[0].nodes.assign(nodes, 0);
+    plans[0].nodes[nodes - 1] = kWeightTotal;
+    std::vector<double> s(nodes);
+    for (double& x : s) x = std::uniform_real_distribution<double>(0, 1)(rng);
+    s[0] = 0;
+    double t = 0;
+    for (double x : s) t += x;
+    for (double& x : s) x /= t;
+    plans[1].nodes = toWeights(s);
+    plans[2].nodes = plans[1].nodes;
+    plans[2].ranks.assign(mapOf(l).nodeOf.size(), kWeightTotal / 4);  // unused by two-level
+    for (const Balance& b : plans)
+      for (Algo algo : {Algo::kHierarchical, Algo::k2DRing})
+        for (size_t count : {size_t{1}, size_t{37}, size_t{1000}})
+          for (bool inPlace : {false, true})
+            checkAllReduce(l, algo, count, RedOp::kSum, 0, inPlace, 64, &b);
+    checkAllReduce(l, Algo::kHierarchical, 101, RedOp::kSum, 6, false, 32, &plans[1]);
+    checkAllReduce(l, Algo::k2DRing, 64, RedOp::kPreMulSum, 0, true, 16, &plans[0]);
   }
 }
 
