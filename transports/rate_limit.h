@@ -81,10 +81,10 @@ class RateLimitedConnection final : public Connection {
   bool needsProgress() const override { return inner_->needsProgress(); }
   Result<bool> progress() override { return inner_->progress(); }
   Status checkAlive() override { return inner_->checkAlive(); }
-  // The link's (every channel of the link reports them: a sum over the
-  // channels keeps their ratio).
+  // The link's (every channel of the link reports them).
   bool linkCounters(LinkCounters* out) const override {
     *out = bucket_->counters;
+    out->wholeLink = true;
     return true;
   }
   void abort() override { inner_->abort(); }

@@ -75,10 +75,13 @@ class Connection {
   // since it was opened (optional: false when the transport cannot tell):
   // bytes the peer acknowledged, and microseconds during which data was on
   // its way and the network, not the receiver's window, set the pace. Their
-  // ratio is the link's rate while busy (core/telemetry.h).
+  // ratio is the link's rate while busy (core/telemetry.h). `wholeLink`:
+  // the figures are those of the link this connection is one channel of
+  // (every channel reports the same), not this connection's own.
   struct LinkCounters {
     uint64_t bytesAcked = 0;
     uint64_t busyUs = 0;
+    bool wholeLink = false;
   };
   virtual bool linkCounters(LinkCounters* out) const {
     (void)out;

@@ -400,9 +400,9 @@ Status Comm::probeRingLinks(bool needed, std::vector<LinkFigures>* out) {
     opt.deadline = bootstrap_->deadline();
     opt.abortFlag = abort_;
     opt.oversubscribed = oversubscribed_;
-    if (sameHost(peer)) {
-      // Pretend nodes (TUTTI_TEST_NODES) on one host: no rate limiter or slow
-      // start to wait out, and a fresh shared-memory ring costs page faults per
+    if (sameHost(peer) && transportFor(peer) == shm_.get()) {
+      // Pretend nodes (TUTTI_TEST_NODES) over shared memory: no rate limiter
+      // or slow start to wait out, and a fresh ring costs page faults per
       // byte, so fewer bytes do (the figures mean little there anyway).
       opt.warmupBytes = 256 << 10;
       opt.bulkBytes = 512 << 10;

@@ -15,7 +15,7 @@ namespace {
 using transport::Clock;
 
 constexpr uint32_t kProbeMagic = 0x424f5250;  // "PROB"
-enum : uint32_t { kPing = 1, kBulk = 2, kStop = 3 };
+enum : uint32_t { kPing = 1, kBulk = 2, kStop = 3, kBulkNext = 4 };
 // A responder refuses bulk transfers larger than this (a corrupt command).
 constexpr uint64_t kMaxBulkBytes = 64ull << 20;
 
@@ -123,30 +123,55 @@ Result<LinkProbeResult> probeLink(transport::Connection& conn, const LinkProbeOp
   res.latencyUs = medianRtt / 2;
   res.pings = static_cast<int>(rtt.size());
 
-  // Bulk transfers: the first is a warm-up, then timed ones within the budget.
+  // Bulk transfers: a warm-up, then timed ones within the budget, each
+  // timed by the responder from the end of the one before on its own clock
+  // (kBulkNext): bytes / that time is the link's rate, whatever the round
+  // trip or the sender's scheduling. The first is sent right behind the
+  // warm-up, so the link is busy throughout and a rate limiter's burst,
+  // spent by the warm-up, is never refilled; a later one follows the
+  // previous answer, and the pause, counted in its time, is what a limiter
+  // refilled in it (no more than its burst). The figure is the best.
   const double budgetUs = std::chrono::duration<double, std::micro>(opt.budget).count();
-  double lastUs = 0;  // the previous timed transfer
-  for (int i = 0; i <= std::max(opt.bulkTransfers, 1); ++i) {
-    if (i > 1 && usSince(start) + lastUs > budgetUs) break;
-    const size_t bytes = i == 0 ? opt.warmupBytes : bulkBytes;
-    if (bytes == 0) continue;
-    const ProbeCmd bulk = command(kBulk, bytes);
-    ProbeCmd ack{};
-    const auto t = Clock::now();
+  const size_t warmup = std::max<size_t>(opt.warmupBytes, 4096);
+  auto sendBulk = [&](uint32_t kind, size_t bytes) {
+    const ProbeCmd bulk = command(kind, bytes);
     TUTTI_RETURN_IF_ERROR(m.send(&bulk, sizeof(bulk)));
-    TUTTI_RETURN_IF_ERROR(m.send(payload.data(), bytes));
-    TUTTI_RETURN_IF_ERROR(m.recv(&ack, sizeof(ack)));
-    const double us = usSince(t);
-    TUTTI_RETURN_IF_ERROR(checkCmd(ack, kBulk));
-    TUTTI_TRACE(log::kTuning, "link probe: {} {} bytes in {:.1f} us", i ? "timed" : "warm-up",
-                bytes, us);
-    if (i == 0) continue;
-    lastUs = us;
-    // time = latency + bytes / bandwidth + latency (the answer); never trust
-    // less than half the time to the bytes, whatever the round trips said.
-    const double moveUs = std::max(us - medianRtt, us / 2);
-    res.bandwidthGBs = std::max(res.bandwidthGBs, static_cast<double>(bytes) / (moveUs * 1e3));
+    return m.send(payload.data(), bytes);
+  };
+  auto answer = [&](uint32_t kind, ProbeCmd* ack) {
+    TUTTI_RETURN_IF_ERROR(m.recv(ack, sizeof(*ack)));
+    return checkCmd(*ack, kind);
+  };
+  auto take = [&](size_t bytes, double initiatorUs, uint64_t responderUs) {
+    // Never trust less than half the initiator's time to the bytes, nor a
+    // responder's time below a quarter of it (it read what its buffers
+    // already held: not the link).
+    const double moveUs = std::max(initiatorUs - medianRtt, initiatorUs / 2);
+    double gbs = static_cast<double>(bytes) / (moveUs * 1e3);
+    if (responderUs > 0 && static_cast<double>(responderUs) >= initiatorUs / 4)
+      gbs = static_cast<double>(bytes) / (static_cast<double>(responderUs) * 1e3);
+    TUTTI_TRACE(log::kTuning, "link probe: timed {} bytes, {:.1f} us here, {} us at the peer",
+                bytes, initiatorUs, responderUs);
+    res.bandwidthGBs = std::max(res.bandwidthGBs, gbs);
     ++res.transfers;
+  };
+  ProbeCmd ack{};
+  auto t = Clock::now();
+  TUTTI_RETURN_IF_ERROR(sendBulk(kBulk, warmup));
+  const auto timedSent = Clock::now();
+  TUTTI_RETURN_IF_ERROR(sendBulk(kBulkNext, bulkBytes));
+  TUTTI_RETURN_IF_ERROR(answer(kBulk, &ack));
+  TUTTI_TRACE(log::kTuning, "link probe: warm-up {} bytes in {:.1f} us", warmup, usSince(t));
+  TUTTI_RETURN_IF_ERROR(answer(kBulkNext, &ack));
+  double lastUs = usSince(timedSent);
+  take(bulkBytes, lastUs, ack.bytes);
+  for (int i = 1; i < opt.bulkTransfers; ++i) {
+    if (usSince(start) + lastUs > budgetUs) break;
+    t = Clock::now();
+    TUTTI_RETURN_IF_ERROR(sendBulk(kBulkNext, bulkBytes));
+    TUTTI_RETURN_IF_ERROR(answer(kBulkNext, &ack));
+    lastUs = usSince(t);
+    take(bulkBytes, lastUs, ack.bytes);
   }
   const ProbeCmd stop = command(kStop);
   TUTTI_RETURN_IF_ERROR(m.send(&stop, sizeof(stop)));
@@ -163,6 +188,8 @@ Status skipLinkProbe(transport::Connection& conn, const LinkProbeOptions& opt) {
 Status serveLinkProbe(transport::Connection& conn, const LinkProbeOptions& opt) {
   Mover m(conn, opt);
   std::vector<uint8_t> sink;
+  Clock::time_point lastEnd{};
+  bool haveLast = false;
   for (;;) {
     ProbeCmd cmd{};
     TUTTI_RETURN_IF_ERROR(m.recv(&cmd, sizeof(cmd)));
@@ -175,7 +202,8 @@ Status serveLinkProbe(transport::Connection& conn, const LinkProbeOptions& opt) 
       case kPing:
         TUTTI_RETURN_IF_ERROR(m.send(&cmd, sizeof(cmd)));
         break;
-      case kBulk: {
+      case kBulk:
+      case kBulkNext: {
         if (cmd.bytes > kMaxBulkBytes)
           return internalError(
               fmt::format("link probe: bulk transfer of {} bytes refused", cmd.bytes));
@@ -185,7 +213,19 @@ Status serveLinkProbe(transport::Connection& conn, const LinkProbeOptions& opt) 
           TUTTI_RETURN_IF_ERROR(m.recv(sink.data(), n));
           left -= n;
         }
-        TUTTI_RETURN_IF_ERROR(m.send(&cmd, sizeof(cmd)));
+        // kBulkNext: the answer carries the microseconds since the previous
+        // transfer's last byte (its payload followed that one's at once).
+        const auto now = Clock::now();
+        ProbeCmd reply = cmd;
+        if (cmd.kind == kBulkNext)
+          reply.bytes =
+              haveLast ? static_cast<uint64_t>(std::max<int64_t>(
+                             1, std::chrono::duration_cast<std::chrono::microseconds>(now - lastEnd)
+                                    .count()))
+                       : 0;
+        lastEnd = now;
+        haveLast = true;
+        TUTTI_RETURN_IF_ERROR(m.send(&reply, sizeof(reply)));
         break;
       }
       default:

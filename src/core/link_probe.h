@@ -10,19 +10,24 @@
 //   empty, ready for the executor's framed messages.
 // - Wire: 16-byte commands (ProbeCmd). kPing: the responder echoes the
 //   command. kBulk: `bytes` payload bytes follow; the responder answers with
-//   the command once it has them all. kStop: no answer. A command with another
-//   magic is a protocol error (the peer is not probing).
+//   the command once it has them all. kBulkNext: the same, sent right behind
+//   the previous transfer; the answer's `bytes` is the microseconds from the
+//   previous transfer's last byte to this one's at the responder. kStop: no
+//   answer. A command with another magic is a protocol error (the peer is
+//   not probing).
 // - probeLink measures: one untimed ping, then `pings` round trips (latency =
 //   median round trip / 2), then one untimed transfer of `warmupBytes` (TCP
-//   slow start; it also drains a rate limiter's burst allowance) and timed
-//   ones of `bulkBytes` (bandwidth = the best bytes / (time - round trip)).
-//   A token bucket that still holds B bytes of burst when a timed transfer
-//   starts inflates its figure by bulkBytes / (bulkBytes - B) at most: 1.33 x
-//   for the emulated links of tests/netns (512 KiB burst). It runs at least
-//   one timed transfer and starts another only when, at the pace of the
-//   previous one, it ends within `budget` of the first answer: about 3 MiB
-//   at the link's rate in all when the link is slow (25-35 ms at 1 Gbit/s),
-//   a few ms on loopback or shared memory.
+//   slow start; it also drains a rate limiter's burst allowance) and, right
+//   behind it, a timed one of `bulkBytes` (kBulkNext: bandwidth = bytes /
+//   the responder's time, the link having been busy throughout, so neither
+//   round trips, nor the sender's scheduling, nor a burst the limiter
+//   refilled in a pause count). Further timed transfers of `bulkBytes` each
+//   follow the previous answer; the figure is the best (each is timed by the responder too: the
+//   pause before it, in which a limiter may refill its burst, counts in its time). It starts
+//   another only when, at the pace of the previous one,
+//   it ends within `budget` of the first answer: about 3 MiB at the link's
+//   rate in all when the link is slow (25-35 ms at 1 Gbit/s), a few ms on
+//   loopback or shared memory.
 // - Every wait notices *abortFlag and gives up at `deadline` with an error;
 //   an error leaves the connection unusable (half a command may be in flight).
 //   Waits poll the connection's fd when it has one (TCP), else spin, yield

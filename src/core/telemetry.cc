@@ -125,14 +125,11 @@ void Telemetry::takeLink(const Link& l) {
 
 // The link to `peer`'s counters, summed over its channels (false when a
 // channel's transport has none: shared memory, net plugins).
-bool Telemetry::countersOf(int peer, transport::Connection::LinkCounters* out) const {
-  *out = {};
+bool Telemetry::countersOf(int peer, std::vector<transport::Connection::LinkCounters>* out) const {
+  out->assign(comm_->nChannels(), {});
   for (int ch = 0; ch < comm_->nChannels(); ++ch) {
-    transport::Connection::LinkCounters c;
     const auto& conn = comm_->channel(peer, ch).conn;
-    if (!conn || !conn->linkCounters(&c)) return false;
-    out->bytesAcked += c.bytesAcked;
-    out->busyUs += c.busyUs;
+    if (!conn || !conn->linkCounters(&(*out)[ch])) return false;
   }
   return true;
 }
@@ -150,10 +147,19 @@ void Telemetry::measureLinks(int64_t tookUs) {
   for (int q = 0; q < nranks_; ++q) {
     if (!based_[q]) continue;
     based_[q] = 0;
-    transport::Connection::LinkCounters now;
+    std::vector<transport::Connection::LinkCounters> now;
     if (sent_[q] < kRateMinBytes || !countersOf(q, &now)) continue;
-    const uint64_t busy = now.busyUs - seen_[q].busyUs;
-    const uint64_t acked = now.bytesAcked - seen_[q].bytesAcked;
+    // The link's bytes are the channels' sum. Its busy time is the union of
+    // theirs, which the counters cannot give: the longest is taken (the
+    // channels of a saturated link, fed from one queue, are busy at the
+    // same time; summing would halve the rate of two). Counters of the
+    // whole link (an emulated one) are taken once.
+    uint64_t busy = 0, acked = 0;
+    for (size_t ch = 0; ch < now.size(); ++ch) {
+      busy = std::max(busy, now[ch].busyUs - seen_[q][ch].busyUs);
+      acked += now[ch].bytesAcked - seen_[q][ch].bytesAcked;
+      if (now[ch].wholeLink) break;
+    }
     if (busy < kRateMinBusyUs || acked < kRateMinBytes) continue;
     TUTTI_TRACE(log::kNet, "telemetry: link {} -> {}: {} bytes acknowledged, busy {} us of {} us",
                 rank_, q, acked, busy, tookUs);

@@ -27,7 +27,9 @@
 //   acknowledged, time busy sending less the time the receiver's window was
 //   the limit; Connection::linkCounters) and takes, since its last look, the
 //   busy time over the operation's time (how saturated the link was) and
-//   bytes over busy time (its rate). Only a saturated link (busy kSaturated
+//   bytes over busy time (its rate). The link's bytes are its channels'
+//   sum, its busy time their longest (channels fed from one queue are busy
+//   together; the union of their busy times is not known). Only a saturated link (busy kSaturated
 //   of the operation or more) says how fast it can go: a link that waits on
 //   its receiver or on its sender's data is not busy then, and a lightly
 //   used link's bytes may leave at the wire's speed out of a rate limiter's
@@ -136,12 +138,12 @@ class Telemetry {
   Clock::time_point lastEnd_{};
   std::vector<int64_t> lateUs_;  // per peer: least lateness seen (INT64_MIN: none)
   std::vector<uint64_t> sent_;   // per peer: payload bytes sent in this operation
-  // Per peer, the link to it: the connections' counters at the start of
-  // this operation (summed over channels; `based_`: read), this operation's
-  // rate and busy fraction, and both smoothed (0: not measured yet).
-  std::vector<transport::Connection::LinkCounters> seen_;
+  // Per peer, the link to it: each channel's counters at the start of this
+  // operation (`based_`: read), this operation's rate and busy fraction
+  // (measureLinks), and both smoothed (0: not measured yet).
+  std::vector<std::vector<transport::Connection::LinkCounters>> seen_;  // [peer][channel]
   std::vector<uint8_t> based_;
-  bool countersOf(int peer, transport::Connection::LinkCounters* out) const;
+  bool countersOf(int peer, std::vector<transport::Connection::LinkCounters>* out) const;
   std::vector<double> mbps_, busy_;
   std::vector<double> avgMBps_, avgBusy_;
   static constexpr double kSmoothing = 0.25;  // the weight of each operation's figures

@@ -63,6 +63,9 @@ RUN=(
   "docs/performance.md|bash bench/async/run.sh --trials 2 --late-ms 200 --abort-bytes 64M --abort-delay-ms 2"
   "docs/performance.md|bash bench/group/run.sh --reps 1 --iters 200"
   "docs/performance.md|bash bench/net/run.sh --reps 1 -e 1M"
+  "docs/performance.md|bash bench/balance/run.sh --rounds 1 --size 4M --rate 100mbit --slow-rate 25mbit --iters 1 --warmup 0"
+  "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M"
+  "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M --balance"
   "docs/transports.md|NCCL_SHM_DISABLE=1 TUTTI_NET=ucx UCX_TLS=tcp build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
   "docs/transports.md|NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=\$PWD/build/tests/netplugin/libnccl-net-tsock.so NCCL_NET=TestSock build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
 )
@@ -80,6 +83,7 @@ SKIP=(
   "docs/pytorch.md|cmake --build build|the build scripts/setup.sh runs before this test"
   "docs/performance.md|cmake --build build --target tutti-async-bench|the build scripts/setup.sh runs before this test (every target)"
   "docs/performance.md|bash bench/group/run.sh --reps 9|a benchmark: about two minutes of interleaved repetitions; the short form (RUN above) runs here"
+  "docs/performance.md|bash bench/balance/run.sh --rounds 5|a benchmark: 64 MiB all-reduces on emulated nodes with a slow node, about 5 minutes per layout; the short form (RUN above) runs here"
   "docs/performance.md|bash bench/async/run.sh|a benchmark: about a minute, and its 1 GiB abort takes 2 GiB of host memory per process; the short form (RUN above) runs here"
   "docs/performance.md|ctest --test-dir build -L bench-smoke|the test suite itself (CI runs ctest); device.async_bench_smoke is that label's test"
   "docs/architecture.md|bash scripts/fuzz.sh --seconds 60|a minute per target plus a clang-14 build of its own (build-fuzz/); ctest fuzz.short (label fuzz) runs the same script for 5 s per target"

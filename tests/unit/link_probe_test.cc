@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "transport_test_util.h"
+#include "transports/rate_limit.h"
 
 namespace tutti::core {
 namespace {
@@ -161,6 +162,58 @@ TEST_P(LinkProbeOver, ForeignBytesAreAnError) {
   responder.join();
   EXPECT_FALSE(served.isOk());
   EXPECT_NE(served.message().find("not probing"), std::string::npos) << served.message();
+}
+
+// A link behind a token bucket (20 MB/s, a burst of 10 ms at that rate)
+// whose sender pauses 40 ms before each send that follows a receive, once
+// the warm-up has left (a descheduled sender). A timed transfer sent after
+// the warm-up's answer would count the pause in its time (the probe before
+// this test measured 9 MB/s here) or start on a refilled burst; sent right
+// behind the warm-up and timed by the responder, the figure is the rate
+// (within 20%: the bucket's granularity and scheduling).
+class PausingConnection final : public Connection {
+ public:
+  explicit PausingConnection(std::unique_ptr<Connection> inner) : inner_(std::move(inner)) {}
+  Result<size_t> trySend(const void* data, size_t bytes) override {
+    if (received_ && sent_ > (64 << 10)) std::this_thread::sleep_for(40ms);
+    received_ = false;
+    auto n = inner_->trySend(data, bytes);
+    if (n) sent_ += *n;
+    return n;
+  }
+  Result<size_t> tryRecv(void* data, size_t bytes) override {
+    auto n = inner_->tryRecv(data, bytes);
+    if (n && *n > 0) received_ = true;
+    return n;
+  }
+  int waitHint() const override { return inner_->waitHint(); }
+  const char* name() const override { return "pausing"; }
+
+ private:
+  std::unique_ptr<Connection> inner_;
+  bool received_ = false;
+  size_t sent_ = 0;
+};
+
+TEST(LinkProbeRate, ARefilledBurstDoesNotInflateTheFigure) {
+  auto c = connect(true);
+  ASSERT_TRUE(c);
+  auto bucket = std::make_shared<transport::TokenBucket>(20.0);
+  transport::RateLimitedConnection limited(std::make_unique<PausingConnection>(std::move(c->c0)),
+                                           bucket);
+  LinkProbeOptions o = options();
+  o.warmupBytes = 256 << 10;
+  o.bulkBytes = 512 << 10;
+  o.bulkTransfers = 1;
+  Status served;
+  std::thread responder([&] { served = serveLinkProbe(*c->c1, o); });
+  auto r = probeLink(limited, o);
+  responder.join();
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  ASSERT_TRUE(served.isOk()) << served.message();
+  EXPECT_EQ(r->transfers, 1);
+  EXPECT_GT(r->bandwidthGBs, 0.020 * 0.8);
+  EXPECT_LT(r->bandwidthGBs, 0.020 * 1.2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, LinkProbeOver, ::testing::Values(false, true),
