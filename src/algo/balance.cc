@@ -94,7 +94,7 @@ BalancePlan balanceShares(const std::vector<double>& rate) {
   const std::vector<double> equal(n, 1.0 / n);
   plan.shares = equal;
   plan.timeEqual = plan.timeBalanced = plan.timeOptimal = ringTime(equal, rate);
-  if (n < 2) return plan;
+  if (n < 2 || n > kMaxPlanLinks) return plan;
   const double top = *std::max_element(rate.begin(), rate.end());
   if (!(top > 0) || std::any_of(rate.begin(), rate.end(), [](double r) { return !(r > 0); }))
     return plan;

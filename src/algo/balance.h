@@ -42,6 +42,9 @@ namespace tutti::algo {
 inline constexpr uint32_t kWeightTotal = 1u << 20;
 inline constexpr double kMinGain = 1.10;      // balance only for 10% or more
 inline constexpr double kNearOptimal = 1.01;  // of the optimum's time
+// Rings of more links are not planned (equal shares): the dense simplex
+// takes about 90 ms at 512 links and grows with the cube.
+inline constexpr int kMaxPlanLinks = 512;
 // A ring all-reduce this large or larger runs balanced (smaller ones are
 // latency-bound: shares change little there).
 inline constexpr size_t kBalanceMinBytes = 1 << 20;
@@ -55,7 +58,8 @@ struct BalancePlan {
 };
 
 // `rate[p]`: the rate of the link from ring position p to position p + 1
-// (mod n), any unit, every one > 0. n >= 2.
+// (mod n), any unit, every one > 0. n >= 2 (above kMaxPlanLinks: equal
+// shares, not balanced).
 BalancePlan balanceShares(const std::vector<double>& rate);
 
 // The time of shares over rates, in the same unit (max over links of load / rate).

@@ -461,11 +461,18 @@ void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
   }
   algo::Balance plan = algo::planBalance(nodeMap_, rate);
   if (rank_ == 0) {
+    // Shares of 1% or more (the others: "rest").
     auto shares = [](const std::vector<double>& s, const std::vector<int>& who) {
       std::string out;
-      for (size_t i = 0; i < s.size(); ++i)
+      double rest = 0;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (s.size() > 8 && s[i] < 0.01) {
+          rest += s[i];
+          continue;
+        }
         out += fmt::format("{}{}:{:.1f}%", out.empty() ? "" : " ", who[i], 100 * s[i]);
-      return out;
+      }
+      return rest > 0 ? fmt::format("{} rest:{:.1f}%", out, 100 * rest) : out;
     };
     std::vector<int> nodes(nodeMap_.nNodes());
     for (int k = 0; k < nodeMap_.nNodes(); ++k) nodes[k] = k;

@@ -243,11 +243,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
     if (onOwnThread()) {
       // Released from one of our own threads (a future callback dropped the
       // last reference): they cannot join themselves; let them run out.
+      // Detached before the lock is released: a shutdown on another thread
+      // that sees shutDown_ returns, and its owner may then destroy the
+      // threads' handles, which must not be joinable by then.
       shutDown_ = stop_ = true;
-      lk.unlock();
-      cv_.notify_all();
       worker_.detach();
       watchdog_.detach();
+      lk.unlock();
+      cv_.notify_all();
       return;
     }
     shutDown_ = true;

@@ -93,6 +93,37 @@ TEST(Balance, BadRatesGiveEqualShares) {
   }
 }
 
+// Beyond kMaxPlanLinks nothing is planned, however slow a link; at the
+// limit the slow link still is.
+TEST(Balance, RingsBeyondTheLimitKeepEqualShares) {
+  std::vector<double> rate(kMaxPlanLinks + 1, 1.0);
+  rate[7] = 0.1;
+  EXPECT_FALSE(balanceShares(rate).balanced);
+  rate.pop_back();
+  const BalancePlan p = balanceShares(rate);
+  ASSERT_TRUE(p.balanced);
+  EXPECT_GT(p.shares[7] + p.shares[8], 0.9);
+}
+
+// The layout's plans: one slow node of four, two ranks each. The network
+// ring gives the slow node (almost) everything; the flat ring can only
+// share between the ranks on either side of its two links.
+TEST(Balance, PlansTheRingAndTheNetworkRingOfALayout) {
+  const NodeMap nm = NodeMap::fromHostIds({0, 0, 1, 1, 2, 2, 3, 3});
+  // Ring positions = ranks here; links 3->4 and 5->6 enter and leave node 2.
+  std::vector<double> rate = {5, 1, 5, 0.25, 5, 0.25, 5, 1};
+  const Balance b = planBalance(nm, rate);
+  ASSERT_EQ(b.nodes.size(), 4u);
+  EXPECT_GT(b.nodes[2], kWeightTotal * 9 / 10);
+  EXPECT_NEAR(b.netGain(), 1.5, 0.05);
+  // Each slow link is flanked by shares of half the vector (the best the
+  // flat ring can do: 1.5 vectors on each, against 1.75 with equal shares).
+  ASSERT_EQ(b.ranks.size(), 8u);
+  EXPECT_GT(b.ranks[3] + b.ranks[4], kWeightTotal * 45 / 100);
+  EXPECT_GT(b.ranks[5] + b.ranks[6], kWeightTotal * 45 / 100);
+  EXPECT_NEAR(b.ringGain(), 7.0 / (6 * kNearOptimal), 0.02);
+}
+
 TEST(Balance, WeightsSumExactlyAndSegmentsTile) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 500; ++trial) {
