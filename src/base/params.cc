@@ -293,6 +293,8 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_IPC_MIN_BYTES", false, Effect::kHonoured, "smallest device-to-device collective"},
     {"TUTTI_ZE_DEVICE", false, Effect::kHonoured, "Level Zero backend: the device to use"},
     {"TUTTI_TORCH_TRACE", false, Effect::kHonoured, "tutti_torch: JSON trace file prefix"},
+    {"TUTTI_TORCH_TERMINATE_TRACE", false, Effect::kHonoured,
+     "tutti_torch: 1 prints the stack of a thread that calls std::terminate"},
     {"TUTTI_CPU_ISA", false, Effect::kHonoured, "force the CPU kernels' instruction set"},
 };
 

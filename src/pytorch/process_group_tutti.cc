@@ -34,9 +34,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #define TUTTI_TORCH_V2 0
 #endif
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Types.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <execinfo.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,6 +53,9 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "nccl.h"
@@ -1381,9 +1383,27 @@ c10::intrusive_ptr<ProcessGroupTutti> create(const c10::intrusive_ptr<c10d::Stor
 
 }  // namespace tutti_torch
 
+namespace {
+// TUTTI_TORCH_TERMINATE_TRACE=1 (the tests' launcher sets it): std::terminate
+// prints the calling thread's stack before the abort, so a teardown abort
+// ("terminate called without an active exception", issue 30) says where it
+// came from.
+std::terminate_handler previousTerminate = nullptr;
+void traceTerminate() {
+  static const char msg[] = "tutti_torch: std::terminate; the calling thread's stack:\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  if (previousTerminate) previousTerminate();
+  std::abort();
+}
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   namespace py = pybind11;
   using tutti_torch::ProcessGroupTutti;
+  const char* trace = std::getenv("TUTTI_TORCH_TERMINATE_TRACE");
+  if (trace && *trace && *trace != '0') previousTerminate = std::set_terminate(traceTerminate);
   m.doc() = "tutti as a torch.distributed backend (C++ part; use the tutti_torch package)";
   py::module::import("torch.distributed");  // registers the base classes with pybind
   py::class_<ProcessGroupTutti, tutti_torch::PGBase, c10::intrusive_ptr<ProcessGroupTutti>>(m, "ProcessGroupTutti")

@@ -39,6 +39,8 @@ def main():
 
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE=str(a.nprocs), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # A rare abort at exit (issue 30): the aborting thread's stack, if it recurs.
+    env.setdefault("TUTTI_TORCH_TERMINATE_TRACE", "1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in [HERE, env.get("PYTHONPATH", "")] if p)
     script = a.script if os.path.isabs(a.script) else os.path.join(HERE, a.script)
     procs = []
