@@ -12,6 +12,7 @@ and the final loss must be within --tol (relative) of the exact Gloo run.
 gradients DDP all-reduces as sparse tensors, then a linear layer."""
 import argparse
 import copy
+import gc
 import statistics
 import time
 
@@ -151,4 +152,13 @@ med = lambda v: statistics.median(v[2:]) * 1e3  # noqa: E731 (skip warm-up steps
 log("ddp np=%d model=%s hook=%s: losses step0 %.6f -> step%d %.6f (gloo %.6f); max rel diff %.3g; "
     "median step time tutti %.2f ms, gloo %.2f ms"
     % (WORLD, args.model, args.hook, lt[0], len(lt) - 1, lt[-1], lg[-1], max(rel), med(tt), med(tg)))
+# Gloo's process group ends while Python is alive: its worker threads
+# (ProcessGroupGloo::runLoop) free tensors, and one doing so after the
+# interpreter finalized aborted the process ("terminate called without an
+# active exception", issue 30). So the models holding it go first, then the
+# groups, and the collector runs before exit.
+del tutti_model, tutti_opt, gloo_model, gloo_opt
+dist.destroy_process_group(gloo)
+del gloo
 dist.destroy_process_group()
+gc.collect()
