@@ -79,11 +79,7 @@ for m in "${mode_list[@]}"; do
 done
 
 netns_setup "$nodes" "$rate"
-for side in "${NETNS_NS[$slow]} ${NETNS_IF[$slow]}" "$NETNS_SWITCH ${NETNS_SWIF[$slow]}"; do
-  read -r ns dev <<<"$side"
-  tc -n "$ns" qdisc change dev "$dev" root tbf rate "$slow_rate" \
-    burst "$NETNS_TBF_BURST_USED" latency "$NETNS_TBF_LATENCY_USED"
-done
+netns_shape_node "$slow" "$slow_rate"
 [[ -n $out ]] || out="$NETNS_WORKDIR/bench"
 mkdir -p "$out"
 export NETNS_SHOW=0 NETNS_TIMEOUT=${NETNS_TIMEOUT:-900}

@@ -29,11 +29,7 @@ done
 [[ -x $perf ]] || { echo "balance_test.sh: --perf PATH is required" >&2; exit 2; }
 
 netns_setup 4 "$rate"
-for side in "${NETNS_NS[$slow]} ${NETNS_IF[$slow]}" "$NETNS_SWITCH ${NETNS_SWIF[$slow]}"; do
-  read -r ns dev <<<"$side"
-  tc -n "$ns" qdisc change dev "$dev" root tbf rate "$slowRate" \
-    burst "$NETNS_TBF_BURST_USED" latency "$NETNS_TBF_LATENCY_USED"
-done
+netns_shape_node "$slow" "$slowRate"
 
 fail=0
 for balance in 1 0; do

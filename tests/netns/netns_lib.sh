@@ -25,6 +25,8 @@
 #   netns_run_ranks SPEC CMD...   one rank per process; SPEC = ranks per node, "2,2"
 #   netns_counters                "<node> <if> <tx_bytes> <rx_bytes>" per node
 #   netns_exec NODE CMD...        run a command inside node NODE's namespace
+#   netns_shape_node NODE RATE    reshape node NODE's link (both directions) to RATE
+#                                 (after netns_setup with a rate: a slow node)
 #   netns_tcp_rate FROM TO [SECS] one plain TCP stream FROM -> TO through the same
 #                                 links (tcp_stream.py); prints its GB/s
 #   netns_cleanup                 kill what runs in our namespaces, delete them
@@ -459,6 +461,19 @@ netns_run_ranks() {
 # netns_tcp_rate FROM TO [SECONDS]: one TCP stream from node FROM to node TO
 # (through both nodes' shaped links and the bridge) for SECONDS (2); prints the
 # receiver's line "tcp_stream bytes= seconds= GB/s= Gbit/s=" and returns 0.
+# netns_shape_node NODE RATE: node NODE's link at RATE both ways (its tbf on
+# the node side and on the switch side), with the burst and latency of
+# netns_setup's shaping.
+netns_shape_node() {
+  local node=$1 rate=$2 side ns dev
+  [[ -n ${NETNS_TBF_BURST_USED:-} ]] || _netns_die "netns_shape_node: netns_setup shaped no link" || return 1
+  for side in "${NETNS_NS[$node]} ${NETNS_IF[$node]}" "$NETNS_SWITCH ${NETNS_SWIF[$node]}"; do
+    read -r ns dev <<<"$side"
+    tc -n "$ns" qdisc change dev "$dev" root tbf rate "$rate" \
+      burst "$NETNS_TBF_BURST_USED" latency "$NETNS_TBF_LATENCY_USED" || return 1
+  done
+}
+
 netns_tcp_rate() {
   local from=${1:?netns_tcp_rate FROM TO [SECONDS]} to=${2:?netns_tcp_rate FROM TO [SECONDS]}
   local secs=${3:-2} py=${NETNS_PYTHON:-} port out rc=0 rpid

@@ -32,11 +32,7 @@ done
 
 netns_setup 4 "$rate"
 if ((slow >= 0)); then
-  for side in "${NETNS_NS[$slow]} ${NETNS_IF[$slow]}" "$NETNS_SWITCH ${NETNS_SWIF[$slow]}"; do
-    read -r ns dev <<<"$side"
-    tc -n "$ns" qdisc change dev "$dev" root tbf rate "$slowRate" \
-      burst "$NETNS_TBF_BURST_USED" latency "$NETNS_TBF_LATENCY_USED"
-  done
+  netns_shape_node "$slow" "$slowRate"
   sizes=(-b 1M -e 1M -n 6 -w 1)
 else
   sizes=(-b 4K -e 1M -f 16 -n 20 -w 1)
