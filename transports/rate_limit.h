@@ -31,6 +31,13 @@ struct TokenBucket {
         burst(std::max(65536.0, mbps * 1e4)),
         tokens(burst),
         last(std::chrono::steady_clock::now()) {}
+  // The link runs at `mbps` from now (TUTTI_TEST_LINK_MBPS tests change it
+  // between calls, on the thread that drives the link).
+  void setRate(double mbps) {
+    bytesPerNs = mbps * 1e-3;
+    burst = std::max(65536.0, mbps * 1e4);
+    tokens = std::min(tokens, burst);
+  }
   void took(size_t bytes) {
     tokens -= static_cast<double>(bytes);
     counters.bytesAcked += bytes;

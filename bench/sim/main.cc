@@ -568,24 +568,7 @@ struct Runner {
     }
     balance = algo::planBalance(nodes, rate);
     planned = true;
-    auto text = [](const algo::BalancePlan& p, const std::vector<int>& who, const char* by) {
-      if (!p.balanced) return std::string("equal shares (within 10% of the best plan)");
-      std::string out = "shares by " + std::string(by);
-      for (size_t i = 0; i < p.shares.size(); ++i)
-        if (p.shares[i] >= 0.001) {
-          char buf[48];
-          std::snprintf(buf, sizeof buf, " %d:%.1f%%", who[i], 100 * p.shares[i]);
-          out += buf;
-        }
-      char gain[64];
-      std::snprintf(gain, sizeof gain, ", %.2fx faster than equal shares",
-                    p.timeEqual / p.timeBalanced);
-      return out + gain;
-    };
-    std::vector<int> nodeIds(nodes.nNodes());
-    for (int k = 0; k < nodes.nNodes(); ++k) nodeIds[k] = k;
-    return "ring: " + text(balance.ring, ring, "rank") +
-           "; network ring of the two-level algorithms: " + text(balance.net, nodeIds, "node");
+    return algo::describeBalance(nodes, balance);
   }
 
   std::map<std::pair<std::string, size_t>, SimResult> done;  // the scaling rows reuse the table's

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "algo/schedule_util.h"
 
@@ -157,20 +158,120 @@ std::vector<uint32_t> rankWeights(const std::vector<int>& ring, const std::vecto
   return w;
 }
 
-Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate) {
-  Balance b;
+namespace {
+
+// The network ring's rates: the flat ring's link leaving each node.
+std::vector<double> netRates(const NodeMap& nm, const std::vector<double>& ringRate) {
   const std::vector<int> ring = nm.ringOrder();
-  const int n = static_cast<int>(ring.size()), nodes = nm.nNodes();
-  b.ring = balanceShares(ringRate);
-  if (b.ring.balanced) b.ranks = rankWeights(ring, b.ring.shares);
-  std::vector<double> net(nodes, 0);
+  const int n = static_cast<int>(ring.size());
+  std::vector<double> net(nm.nNodes(), 0);
   for (int p = 0; p < n; ++p) {
     const int from = nm.nodeOf[ring[p]], to = nm.nodeOf[ring[(p + 1) % n]];
     if (from != to) net[from] = ringRate[p];
   }
-  b.net = balanceShares(net);
+  return net;
+}
+
+}  // namespace
+
+Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate) {
+  Balance b;
+  b.ring = balanceShares(ringRate);
+  if (b.ring.balanced) b.ranks = rankWeights(nm.ringOrder(), b.ring.shares);
+  b.net = balanceShares(netRates(nm, ringRate));
   if (b.net.balanced) b.nodes = toWeights(b.net.shares);
   return b;
+}
+
+std::vector<double> ringRates(const NodeMap& nm, const std::vector<double>& nodeRate,
+                              double intra) {
+  const std::vector<int> ring = nm.ringOrder();
+  const int n = static_cast<int>(ring.size());
+  std::vector<double> rate(n, intra);
+  for (int p = 0; p < n; ++p) {
+    const int from = nm.nodeOf[ring[p]], to = nm.nodeOf[ring[(p + 1) % n]];
+    if (from != to) rate[p] = nodeRate[from];
+  }
+  return rate;
+}
+
+std::string describeBalance(const NodeMap& nm, const Balance& b) {
+  auto one = [](const BalancePlan& p, const std::vector<int>& who, const char* by) {
+    char buf[96];
+    if (!p.balanced) {
+      std::snprintf(buf, sizeof buf, "equal shares (within %.0f%% of the best plan)",
+                    100 * (kMinGain - 1));
+      return std::string(buf);
+    }
+    std::snprintf(buf, sizeof buf, "%.2fx faster than equal shares in the model (shares by %s:",
+                  p.timeEqual / p.timeBalanced, by);
+    std::string out = buf;
+    // Shares of 1% or more when there are many (the others: "rest").
+    double rest = 0;
+    for (size_t i = 0; i < p.shares.size(); ++i) {
+      if (p.shares.size() > 8 && p.shares[i] < 0.01) {
+        rest += p.shares[i];
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, " %d:%.1f%%", who[i], 100 * p.shares[i]);
+      out += buf;
+    }
+    if (rest > 0) {
+      std::snprintf(buf, sizeof buf, " rest:%.1f%%", 100 * rest);
+      out += buf;
+    }
+    return out + ")";
+  };
+  std::vector<int> nodes(nm.nNodes());
+  for (int k = 0; k < nm.nNodes(); ++k) nodes[k] = k;
+  return "ring: " + one(b.ring, nm.ringOrder(), "rank") +
+         "; network ring of the two-level algorithms: " + one(b.net, nodes, "node");
+}
+
+RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, bool* judged) {
+  *judged = false;
+  if (load.bytes == 0 || load.opUs == 0) return RateUpdate::kNone;
+  const double bytes = static_cast<double>(load.bytes);
+  if (static_cast<double>(load.busyUs) >= kLinkSaturated * static_cast<double>(load.opUs) &&
+      load.busyUs >= kJudgeBusyUs) {
+    *judged = true;
+    const double measured = bytes / static_cast<double>(load.busyUs) / 1000;  // bytes/us = MB/s
+    const double was = *rateGBs;
+    *rateGBs = !(was > 0) || measured > 1.5 * was || measured * 1.5 < was ? measured
+                                                                         : (was + measured) / 2;
+    return RateUpdate::kMeasured;
+  }
+  *judged = load.opUs >= kJudgeOpUs;
+  double shown = bytes / static_cast<double>(load.opUs) / 1000;
+  if (load.busyUs > 0)
+    shown = std::max(shown, std::min(bytes / static_cast<double>(load.busyUs) / 1000, ceilingGBs));
+  if (!(shown > *rateGBs)) return RateUpdate::kKept;
+  *rateGBs = shown;
+  return RateUpdate::kRaised;
+}
+
+Balance replan(const NodeMap& nm, const Balance& current, const std::vector<double>& ringRate,
+               bool* changed) {
+  const Balance fresh = planBalance(nm, ringRate);
+  Balance out = current;
+  *changed = false;
+  // Whether `next` beats `now` (equal shares when not balanced) by kMinGain.
+  auto better = [](const BalancePlan& now, const BalancePlan& next, const std::vector<double>& r) {
+    const std::vector<double> equal(r.size(), 1.0 / static_cast<double>(r.size()));
+    const double t = ringTime(now.balanced ? now.shares : equal, r);
+    return t > kMinGain * next.timeBalanced && now.shares != next.shares;
+  };
+  if (better(current.ring, fresh.ring, ringRate)) {
+    out.ring = fresh.ring;
+    out.ranks = fresh.ranks;
+    *changed = true;
+  }
+  if (better(current.net, fresh.net, netRates(nm, ringRate))) {
+    out.net = fresh.net;
+    out.nodes = fresh.nodes;
+    *changed = true;
+  }
+  return out;
 }
 
 const std::vector<uint32_t>* ringWeights(const CollArgs& a) {

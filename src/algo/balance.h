@@ -27,11 +27,19 @@
 // - Weights: shares as integers summing to kWeightTotal, the form every rank
 //   agrees on and the schedule uses (segmentOf); no weights (null) give the
 //   unbalanced ring's near-equal segments.
+// - Re-planning at run time (Comm::replanBalance): every rank measures what
+//   its links to the next node carried (LinkLoad), the ranks gather the
+//   figures at the same operation boundary, and each updates the rate of
+//   every node's outgoing link alike (updateRate) and re-plans (replan):
+//   the new plans replace the current ones only where they are kMinGain
+//   faster under the new rates, so figures that wobble do not flip the
+//   plan back and forth.
 // - Pure functions: every rank computes the same plan from the same figures.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -96,5 +104,51 @@ struct Balance {
 // The network ring's link from node k to k + 1 is the flat ring's link
 // leaving node k.
 Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate);
+
+// The rates of the flat ring's links (ringRate above) from the rate of
+// each node's link to the next node (`nodeRate`, indexed by node) and the
+// rate inside a node (`intra`).
+std::vector<double> ringRates(const NodeMap& nm, const std::vector<double>& nodeRate,
+                              double intra);
+
+// A plan in one line: "ring: ...; network ring of the two-level algorithms:
+// ..." with each plan's gain over equal shares and the shares of 1% or more.
+std::string describeBalance(const NodeMap& nm, const Balance& b);
+
+// What a node's links to the next node carried over some operations: the
+// bytes (acknowledged), how long the link was busy sending them (the
+// longest of its connections: they are busy together), and how long the
+// operations that sent them took (the longest of the node's ranks).
+struct LinkLoad {
+  uint64_t bytes = 0, busyUs = 0, opUs = 0;
+};
+// A link busy this share of its operations' time or more was their
+// bottleneck: its bytes over its busy time are its rate. A link busy less
+// waited on the others. It is at least bytes / opUs fast, and its bytes
+// over its busy time say how fast it went while it sent, but that reads
+// high (a rate limiter's burst lets a lightly used link's bytes leave at
+// the wire's speed: 5x on the emulated networks of bench/balance), so it
+// only raises the link's rate, and to `ceiling` at most (the fastest link
+// measured at init). Nothing unsaturated lowers a rate: a link that does
+// not hold the others up needs no plan around it.
+inline constexpr double kLinkSaturated = 0.6;
+// A saturated link's rate is judged from kJudgeBusyUs of busy time or more
+// (the kernel counts busy time in ticks of up to 4 ms). *judged: the
+// figures were used up (a rate measured, or kJudgeOpUs of operations
+// seen); else they carry over and add up.
+inline constexpr uint64_t kJudgeBusyUs = 40000, kJudgeOpUs = 400000;
+enum class RateUpdate {
+  kNone,      // nothing carried
+  kMeasured,  // saturated: the rate measured (a step beyond 1.5x at once, else half-way)
+  kRaised,    // not saturated, and faster than believed
+  kKept,      // not saturated, and no faster than believed
+};
+RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, bool* judged);
+
+// The plans for `ringRate` (as planBalance) where each is kMinGain faster
+// than `current`'s under the same rates, else `current`'s (per ring: the
+// flat one and the network one). *changed: whether any plan changed.
+Balance replan(const NodeMap& nm, const Balance& current, const std::vector<double>& ringRate,
+               bool* changed);
 
 }  // namespace tutti::algo

@@ -257,6 +257,9 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_BALANCE", false, Effect::kHonoured,
      "0: equal ring segments; default 1: large ring all-reduces share the vector by the "
      "measured link rates (rank 0's value holds)"},
+    {"TUTTI_REPLAN_BYTES", false, Effect::kHonoured,
+     "re-plan the balanced shares from the links' measured rates after every this many bytes of "
+     "all-reduce (default 64 MiB; 0: keep the plan made at init; rank 0's value holds)"},
     {"TUTTI_ONESHOT_MAX", false, Effect::kHonoured, "one-shot path for small collectives"},
     {"TUTTI_CMA", false, Effect::kHonoured, "single-copy collectives by cross-memory attach"},
     {"TUTTI_CMA_MIN_BYTES", false, Effect::kHonoured, "smallest single-copy collective"},

@@ -181,6 +181,8 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
     }
   }
 
+  c->replanBytes_ = static_cast<uint64_t>(
+      std::max<int64_t>(0, params::getInt("TUTTI_REPLAN_BYTES", int64_t{64} << 20)));
   if (auto rates = params::get("TUTTI_TEST_LINK_MBPS")) {
     TUTTI_ASSIGN_OR_RETURN(c->linkMBps_, linkRates(*rates, rank, nranks));
   }
@@ -276,6 +278,7 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
     int32_t interKnown;    // the inter-node bandwidth was measured or given, not a default
     int32_t balance;       // TUTTI_BALANCE
     int32_t reserved;
+    uint64_t replanBytes;  // TUTTI_REPLAN_BYTES
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   algo::CostModel mine;
@@ -315,17 +318,19 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
                 static_cast<int32_t>(shm),
                 static_cast<int32_t>(t.interBandwidthGBs.has_value() || measured),
                 static_cast<int32_t>(params::getBool("TUTTI_BALANCE", true)),
-                0};
+                0,
+                replanBytes_};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
   costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
   knownInterMBps_ = c.interKnown ? c.interBandwidthGBs * 1000 : 0;
   if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_) ||
-      c.balance != all[rank_].balance)
+      c.balance != all[rank_].balance || c.replanBytes != replanBytes_)
     TUTTI_WARN(
-        "TUTTI_RD_MAX, NCCL_ALGO or TUTTI_BALANCE differ from rank 0's; rank 0's settings apply "
-        "so that every rank picks the same algorithm");
+        "TUTTI_RD_MAX, NCCL_ALGO, TUTTI_BALANCE or TUTTI_REPLAN_BYTES differ from rank 0's; rank "
+        "0's settings apply so that every rank picks the same algorithm");
+  replanBytes_ = c.replanBytes;
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
   // Feeds the algorithm choice, which every rank must make alike.
@@ -440,61 +445,105 @@ Status Comm::probeRingLinks(bool needed, std::vector<LinkFigures>* out) {
 // differently fail their first balanced call instead of mixing segments.
 void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
   balance_ = algo::Balance();
+  nodeRateGBs_.clear();
   if (nodeMap_.nNodes() < 2) return;
   const std::vector<int> ring = nodeMap_.ringOrder();
-  std::vector<double> rate(nranks_);
+  std::vector<double> nodeRate(nodeMap_.nNodes(), 0);
   std::string rates;
   for (int p = 0; p < nranks_; ++p) {
     const int from = ring[p], to = ring[(p + 1) % nranks_];
-    if (nodeMap_.nodeOf[from] == nodeMap_.nodeOf[to]) {
-      rate[p] = costModel_.intra.bandwidthGBs;
-      continue;
-    }
+    if (nodeMap_.nodeOf[from] == nodeMap_.nodeOf[to]) continue;
     if (!(links[from].bandwidthGBs > 0)) {
       if (rank_ == 0 && enabled)
         TUTTI_INFO(log::kTuning, "balance: off (the link from rank {} to rank {} was not measured)",
                    from, to);
       return;
     }
-    rate[p] = links[from].bandwidthGBs;
-    rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to, rate[p]);
+    nodeRate[nodeMap_.nodeOf[from]] = links[from].bandwidthGBs;
+    rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to,
+                         links[from].bandwidthGBs);
   }
-  algo::Balance plan = algo::planBalance(nodeMap_, rate);
+  algo::Balance plan =
+      algo::planBalance(nodeMap_, algo::ringRates(nodeMap_, nodeRate, costModel_.intra.bandwidthGBs));
   if (rank_ == 0) {
-    // Shares of 1% or more (the others: "rest").
-    auto shares = [](const std::vector<double>& s, const std::vector<int>& who) {
-      std::string out;
-      double rest = 0;
-      for (size_t i = 0; i < s.size(); ++i) {
-        if (s.size() > 8 && s[i] < 0.01) {
-          rest += s[i];
-          continue;
-        }
-        out += fmt::format("{}{}:{:.1f}%", out.empty() ? "" : " ", who[i], 100 * s[i]);
-      }
-      return rest > 0 ? fmt::format("{} rest:{:.1f}%", out, 100 * rest) : out;
-    };
-    std::vector<int> nodes(nodeMap_.nNodes());
-    for (int k = 0; k < nodeMap_.nNodes(); ++k) nodes[k] = k;
-    auto one = [&](const char* what, const algo::BalancePlan& p, const std::vector<int>& who,
-                   const char* by) {
-      return p.balanced ? fmt::format(
-                              "{} {:.2f}x faster than equal shares in the model (shares "
-                              "by {}: {})",
-                              what, p.timeEqual / p.timeBalanced, by, shares(p.shares, who))
-                        : fmt::format("{} equal shares (within {:.0f}% of the best plan)", what,
-                                      100 * (algo::kMinGain - 1));
-    };
-    const std::string detail = fmt::format(
-        "{}; {}; inter-node links GB/s: {}", one("ring:", plan.ring, ring, "rank"),
-        one("network ring of the two-level algorithms:", plan.net, nodes, "node"), rates);
+    const std::string detail = fmt::format("{}; inter-node links GB/s: {}",
+                                           algo::describeBalance(nodeMap_, plan), rates);
     if (!enabled)
       TUTTI_INFO(log::kTuning, "balance: off (TUTTI_BALANCE=0); would be {}", detail);
     else
       TUTTI_INFO(log::kTuning, "balance: all-reduces of {} KiB or more: {}",
                  algo::kBalanceMinBytes >> 10, detail);
   }
-  if (enabled) balance_ = std::move(plan);
+  if (!enabled) return;
+  balance_ = std::move(plan);
+  if (replanBytes_ == 0) return;
+  ceilingGBs_ = *std::max_element(nodeRate.begin(), nodeRate.end());
+  nodeRateGBs_ = std::move(nodeRate);
+  // What the telemetry sums for the re-plan: the links to the next node.
+  const int next = (nodeMap_.nodeOf[rank_] + 1) % nodeMap_.nNodes();
+  std::vector<uint8_t> toNext(nranks_, 0);
+  for (int q : nodeMap_.nodes[next]) toNext[q] = 1;
+  telemetry_->watchNextNode(std::move(toNext));
+}
+
+bool Comm::replanDue(uint64_t bytes) {
+  if (nodeRateGBs_.empty()) return false;
+  sinceReplan_ += bytes;
+  if (sinceReplan_ < replanBytes_) return false;
+  sinceReplan_ = 0;
+  return true;
+}
+
+algo::LinkLoad Comm::replanFigure() const { return telemetry_->nextNodeLoad(); }
+
+bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) {
+  const int nodes = nodeMap_.nNodes();
+  std::vector<double> rate = nodeRateGBs_;
+  std::string what;  // per node, what moved its rate
+  bool mineJudged = false;
+  for (int k = 0; k < nodes; ++k) {
+    algo::LinkLoad node;
+    for (int r : nodeMap_.nodes[k]) {
+      node.bytes += all[r].bytes;
+      node.busyUs = std::max(node.busyUs, all[r].busyUs);
+      node.opUs = std::max(node.opUs, all[r].opUs);
+    }
+    bool judged = false;
+    const auto u = algo::updateRate(&rate[k], node, ceilingGBs_, &judged);
+    if (judged && k == nodeMap_.nodeOf[rank_]) mineJudged = true;
+    if (u != algo::RateUpdate::kMeasured && u != algo::RateUpdate::kRaised) continue;
+    what += fmt::format("{}node {} -> {}: {:.4g} GB/s ({} {:.4g} GB/s, busy {:.0f}%)",
+                        what.empty() ? "" : ", ", k, (k + 1) % nodes, rate[k],
+                        u == algo::RateUpdate::kMeasured ? "was" : "at least, was",
+                        nodeRateGBs_[k],
+                        100.0 * static_cast<double>(node.busyUs) /
+                            static_cast<double>(std::max<uint64_t>(node.opUs, 1)));
+  }
+  if (mineJudged) telemetry_->clearNextNodeLoad();
+  nodeRateGBs_ = std::move(rate);
+  bool changed = false;
+  algo::Balance next = algo::replan(
+      nodeMap_, balance_, algo::ringRates(nodeMap_, nodeRateGBs_, costModel_.intra.bandwidthGBs),
+      &changed);
+  if (!changed) {
+    if (rank_ == 0 && !what.empty())
+      TUTTI_TRACE(log::kTuning, "balance: after call {}: {}; plans kept", call, what);
+    return false;
+  }
+  balance_ = std::move(next);
+  if (rank_ == 0)
+    TUTTI_INFO(log::kTuning, "balance: re-planned after call {}: {}; {}", call,
+               what.empty() ? std::string("rates unchanged") : what,
+               algo::describeBalance(nodeMap_, balance_));
+  return true;
+}
+
+bool Comm::setTestLinkRate(int peer, double mbps) {
+  if (peer < 0 || peer >= nranks_ || static_cast<size_t>(peer) >= testLinks_.size() ||
+      !testLinks_[peer] || !(mbps > 0))
+    return false;
+  testLinks_[peer]->setRate(mbps);
+  return true;
 }
 
 Comm::~Comm() {
@@ -866,6 +915,10 @@ Status Comm::connectPair(int peer) {
   std::shared_ptr<transport::TokenBucket> link;  // TUTTI_TEST_LINK_MBPS: one per link
   if (!linkMBps_.empty() && linkMBps_[peer] > 0 && t != shm_.get())
     link = std::make_shared<transport::TokenBucket>(linkMBps_[peer]);
+  if (link) {
+    testLinks_.resize(nranks_);
+    testLinks_[peer] = link;
+  }
   for (int ch = 0; ch < nChannels_; ++ch) {
     transport::ConnectContext ctx;
     ctx.rank = rank_;

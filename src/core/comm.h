@@ -46,6 +46,9 @@
 namespace tutti::topo {
 struct Topology;
 }  // namespace tutti::topo
+namespace tutti::transport {
+struct TokenBucket;
+}  // namespace tutti::transport
 
 namespace tutti::core {
 
@@ -244,6 +247,26 @@ class Comm {
   // algo::kBalanceMinBytes or more on the ring or a two-level algorithm
   // uses them.
   const algo::Balance& balance() const { return balance_; }
+  // Re-planning at run time (algo/balance.h; core/group.cc agreeBalance),
+  // under mutex(): `bytes` of plain all-reduce ran; whether the ranks now
+  // gather their link figures (TUTTI_REPLAN_BYTES of them since the last
+  // time; never when nothing was planned at init or re-planning is off).
+  bool replanDue(uint64_t bytes);
+  // This rank's figure: what its links to the next node carried since its
+  // figure was last taken.
+  algo::LinkLoad replanFigure() const;
+  // Every rank's figure (`all`, by rank), gathered after collective call
+  // `call`: updates each node's link rate, re-plans, and takes this rank's
+  // figure when its node's was judged. Whether the plans changed (what was
+  // built on them is stale).
+  bool replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call);
+  // The rate of each node's link to the next node the plans stand on (GB/s;
+  // empty: no re-planning).
+  const std::vector<double>& nodeRates() const { return nodeRateGBs_; }
+  // TUTTI_TEST_LINK_MBPS only: this rank's emulated link to `peer` runs at
+  // `mbps` from now (tests change a link's rate between calls; false: no
+  // emulated link to that peer).
+  bool setTestLinkRate(int peer, double mbps);
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -396,7 +419,12 @@ class Comm {
   int throttledChannel_ = -1, throttleUs_ = 0;
   double knownInterMBps_ = 0;
   algo::Balance balance_;
+  std::vector<double> nodeRateGBs_;  // see nodeRates()
+  double ceilingGBs_ = 0;            // the fastest of them at init (algo::updateRate)
+  uint64_t replanBytes_ = 0;         // TUTTI_REPLAN_BYTES (0: never)
+  uint64_t sinceReplan_ = 0;         // plain all-reduce bytes since the last gathering
   std::vector<double> linkMBps_;  // TUTTI_TEST_LINK_MBPS: per peer, the rate of this rank's link
+  std::vector<std::shared_ptr<transport::TokenBucket>> testLinks_;  // its emulated links, per peer
   std::mutex mu_;
   std::atomic<bool>* abort_ = nullptr;  // create()'s abortFlag
   std::atomic<bool> revoked_{false};    // revoke()

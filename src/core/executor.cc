@@ -366,7 +366,7 @@ Status Run::start() {
   // Telemetry measures collectives (schedules past the point-to-point one)
   // that exchange messages; it names the latest call among them.
   tel_ = nullptr;
-  if (!peers_.empty() && w_->schedules.size() > 1) {
+  if (!peers_.empty() && w_->schedules.size() > 1 && w_->measured) {
     uint32_t call = 0;
     for (size_t i = 1; i < w_->sigs.size(); ++i) call = std::max(call, w_->sigs[i].call);
     tel_ = &c_->telemetry();

@@ -41,6 +41,10 @@ struct Work {
   // Collectives device to device (comm->deviceIpc()), in call order;
   // progressed alongside the rest.
   std::vector<IpcOp> ipc;
+  // The telemetry measures it (false: tutti's own exchange between the
+  // caller's operations, the balance re-plan's, which would stand in for
+  // the next operation's start and gap).
+  bool measured = true;
 };
 
 Status execute(std::vector<Work*>& work);

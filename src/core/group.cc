@@ -383,6 +383,54 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
   return Status::ok();
 }
 
+// The balance re-plan (algo/balance.h, Comm::replanBalance). After a call's
+// operations ran, a communicator whose plain all-reduces reached
+// TUTTI_REPLAN_BYTES since it last did (every rank counts the same calls'
+// bytes, so all reach it at the same call) gathers every rank's figure of
+// its links to the next node in one small all-gather, which the telemetry
+// does not measure, and re-plans from them (every rank computes the same
+// plans from the same figures). Plans built on old shares are dropped.
+void dropPlans(Comm& comm);  // the kept plans (LoneWork, below)
+
+bool replanCount(Comm& comm, const Op* const* ops, size_t n) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (ops[i]->coll == Collective::kAllReduce && ops[i]->wire.format == algo::Wire::kRaw)
+      bytes += ops[i]->count * elemSize(ops[i]->dt);
+  return bytes > 0 && comm.replanDue(bytes);
+}
+
+// `due`: the communicators (locked) to gather and re-plan, each after its
+// collective call `calls[i]`.
+Status agreeBalance(const std::vector<Comm*>& due, const std::vector<uint64_t>& calls) {
+  if (due.empty()) return Status::ok();
+  std::vector<algo::LinkLoad> mine(due.size());
+  std::vector<std::vector<algo::LinkLoad>> all(due.size());
+  std::vector<Work> works(due.size());
+  std::vector<Work*> ptrs;
+  static_assert(sizeof(algo::LinkLoad) == 3 * sizeof(uint64_t), "gathered as 3 uint64");
+  for (size_t i = 0; i < due.size(); ++i) {
+    mine[i] = due[i]->replanFigure();
+    all[i].resize(due[i]->nranks());
+    Op gather;
+    gather.comm = due[i];
+    gather.coll = Collective::kAllGather;
+    gather.send = &mine[i];
+    gather.recv = all[i].data();
+    gather.count = 3;
+    gather.dt = ncclUint64;
+    gather.call = calls[i];
+    gather.part = true;
+    TUTTI_RETURN_IF_ERROR(buildWork(*due[i], {&gather}, &works[i]));
+    works[i].measured = false;
+    ptrs.push_back(&works[i]);
+  }
+  TUTTI_RETURN_IF_ERROR(execute(ptrs));
+  for (size_t i = 0; i < due.size(); ++i)
+    if (due[i]->replanBalance(all[i], calls[i])) dropPlans(*due[i]);
+  return Status::ok();
+}
+
 // The operation as device_ipc.h takes it.
 IpcOp ipcOpOf(const Op& o) {
   IpcOp x{o.coll, o.send, o.recv, o.count, o.dt, elemSize(o.dt), o.root};
@@ -735,6 +783,12 @@ struct LoneWork {
   uint64_t built = 0;          // plans built (tests)
 };
 
+namespace {
+void dropPlans(Comm& comm) {
+  if (comm.loneWork()) comm.loneWork()->plans.clear();
+}
+}  // namespace
+
 uint64_t plansBuilt(Comm& comm) {
   std::lock_guard<std::mutex> lk(comm.mutex());
   return comm.loneWork() ? comm.loneWork()->built : 0;
@@ -821,9 +875,21 @@ RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector
     ptrs.push_back(&plans[i]->work);
   }
   st = execute(ptrs);
-  if (st)
-    for (size_t i = 0; i < comms.size(); ++i)
-      unpackPlan(*plans[i], byComm[comms[i]].data(), comms[i]->nranks());
+  if (st) {
+    std::vector<Comm*> due;
+    std::vector<uint64_t> calls;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      const std::vector<Op*>& mine = byComm[comms[i]];
+      unpackPlan(*plans[i], mine.data(), comms[i]->nranks());
+      if (replanCount(*comms[i], mine.data(), mine.size())) {
+        due.push_back(comms[i]);
+        uint64_t call = 0;
+        for (const Op* o : mine) call = std::max(call, o->call);
+        calls.push_back(call);
+      }
+    }
+    st = agreeBalance(due, calls);
+  }
   st = unstage(st);
   if (!st) return ofGroup(st, comms);
   return {};
@@ -843,6 +909,7 @@ RunResult runAlone(const Op& op) {
     return {plan.status(), &comm};
   }
   Status st = execute((*plan)->ptrs);
+  if (st && replanCount(comm, ops, 1)) st = agreeBalance({&comm}, {op.call});
   comm.recorder().ended(op.rec, st.isOk());  // under the mutex (runOne)
   return st ? RunResult{} : ofGroup(st, {&comm});
 }

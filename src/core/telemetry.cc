@@ -144,6 +144,7 @@ void Telemetry::willSend(int peer, uint64_t bytes) {
 void Telemetry::measureLinks(int64_t tookUs) {
   std::fill(mbps_.begin(), mbps_.end(), 0.0);
   std::fill(busy_.begin(), busy_.end(), 0.0);
+  algo::LinkLoad next;  // this operation's, to the next node
   for (int q = 0; q < nranks_; ++q) {
     if (!based_[q]) continue;
     based_[q] = 0;
@@ -160,6 +161,13 @@ void Telemetry::measureLinks(int64_t tookUs) {
       acked += now[ch].bytesAcked - seen_[q][ch].bytesAcked;
       if (now[ch].wholeLink) break;
     }
+    // The re-plan's sums take every operation's (the kernel's busy time is
+    // counted in ticks: many small figures add up to a fair one).
+    if (static_cast<size_t>(q) < toNext_.size() && toNext_[q]) {
+      next.bytes += acked;
+      next.busyUs = std::max(next.busyUs, busy);
+      next.opUs = static_cast<uint64_t>(std::max<int64_t>(tookUs, 1));
+    }
     if (busy < kRateMinBusyUs || acked < kRateMinBytes) continue;
     TUTTI_TRACE(log::kNet, "telemetry: link {} -> {}: {} bytes acknowledged, busy {} us of {} us",
                 rank_, q, acked, busy, tookUs);
@@ -169,6 +177,9 @@ void Telemetry::measureLinks(int64_t tookUs) {
     busy_[q] = std::min(
         1.0, static_cast<double>(busy) / static_cast<double>(std::max<int64_t>(tookUs, 1)));
   }
+  nextLoad_.bytes += next.bytes;
+  nextLoad_.busyUs += next.busyUs;
+  nextLoad_.opUs += next.opUs;
 }
 
 void Telemetry::end(Clock::time_point now) {

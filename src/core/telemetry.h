@@ -62,6 +62,11 @@
 //   many operations); the same straggler is named again only after
 //   kQuietOps operations without it. An even run (no candidate persists)
 //   prints nothing.
+// - The balance re-plan (Comm::replanBalance): for the links to the ranks
+//   of the next node (watchNextNode), every measured operation adds what
+//   they carried (acknowledged bytes, the busiest connection's busy time)
+//   and its own time to a sum that Comm takes when the ranks gather their
+//   figures.
 // - tuttiCommStragglers (tutti.h) reads this rank's measurements and its
 //   named stragglers (Telemetry::report), from any thread.
 #pragma once
@@ -71,6 +76,7 @@
 #include <mutex>
 #include <vector>
 
+#include "algo/balance.h"
 #include "core/wire_header.h"
 #include "transports/transport.h"
 #include "tutti/tutti.h"
@@ -111,6 +117,12 @@ class Telemetry {
   // Any thread.
   std::vector<StragglerRow> report() const;
 
+  // The balance re-plan's sums (under the communicator's mutex): `toNext`,
+  // per peer, whether it is on the next node.
+  void watchNextNode(std::vector<uint8_t> toNext) { toNext_ = std::move(toNext); }
+  const algo::LinkLoad& nextNodeLoad() const { return nextLoad_; }
+  void clearNextNodeLoad() { nextLoad_ = {}; }
+
  private:
   struct Late {
     int rank = -1;
@@ -148,6 +160,8 @@ class Telemetry {
   std::vector<double> avgMBps_, avgBusy_;
   static constexpr double kSmoothing = 0.25;  // the weight of each operation's figures
   void measureLinks(int64_t tookUs);
+  std::vector<uint8_t> toNext_;  // watchNextNode (empty: not summed)
+  algo::LinkLoad nextLoad_;
   // The view (what this rank stamps and names).
   Late late_;
   Link link_;

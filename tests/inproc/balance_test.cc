@@ -7,7 +7,10 @@
 // even network and TUTTI_BALANCE=0 keep equal segments.
 #include "algo/balance.h"
 
+#include <string>
+
 #include "capi/handle.h"
+#include "core/comm.h"
 #include "harness.h"
 
 namespace tutti::test {
@@ -67,6 +70,81 @@ TEST(Balance, AnEvenNetworkKeepsEqualSegments) {
 TEST(Balance, OffKeepsEqualSegments) {
   const auto w = weightsAfterInit("*:*:40,2:*:10,*:2:10", "0");
   for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(w[r].empty()) << "rank " << r;
+}
+
+// Re-planning at run time (Comm::replanBalance): an even network, then
+// rank 2's links slowed to a quarter both ways between two calls, then
+// restored. Every rank's plan after each call: the same on every rank; the
+// slow rank owns most of the vector within kFollow calls of the change and
+// the plan then holds; equal shares again within kFollow calls of the
+// restoration, and they hold. Values exact throughout.
+TEST(Balance, ThePlanFollowsASlowNodeAndComesBack) {
+  constexpr double kFast = 80, kSlow = 20;  // MB/s
+  constexpr int kEven = 2, kSlowFrom = kEven, kBackAt = kSlowFrom + 7, kCalls = kBackAt + 8;
+  constexpr int kFollow = 3;
+  constexpr size_t kCount = 1 << 20;  // 4 MiB of int32: one re-plan per call
+  const std::string every = std::to_string(kCount * 4);
+  Env env({{"NCCL_SHM_DISABLE", "1"},
+           {"TUTTI_TEST_NODES", "1,1,1,1"},
+           {"NCCL_ALGO", "ring"},
+           {"TUTTI_REPLAN_BYTES", every.c_str()},
+           {"TUTTI_TEST_LINK_MBPS", "*:*:80"}});
+  std::vector<std::vector<std::vector<uint32_t>>> plans(kRanks);  // [rank][call]
+  runRanks(kRanks, [&](int r, ncclComm_t comm) {
+    core::Comm& c = *comm->impl();
+    plans[r].push_back(c.balance().ranks);
+    for (int k = 0; k < kCalls; ++k) {
+      // Rank 2's links: 1 -> 2 and 2 -> 3 (the ring 0 1 2 3).
+      if (k == kSlowFrom || k == kBackAt) {
+        const double mbps = k == kSlowFrom ? kSlow : kFast;
+        if (r == 1) ASSERT_TRUE(c.setTestLinkRate(2, mbps));
+        if (r == 2) ASSERT_TRUE(c.setTestLinkRate(3, mbps));
+      }
+      allReduce(r, comm, kCount, k, k % 2 == 1);
+      plans[r].push_back(c.balance().ranks);
+    }
+  });
+  // plans[r][k + 1]: after call k.
+  for (int r = 1; r < kRanks; ++r)
+    for (int k = 0; k <= kCalls; ++k) ASSERT_EQ(plans[r][k], plans[0][k]) << "rank " << r;
+  const auto& p = plans[0];
+  auto share2 = [&](int after) {
+    return p[after + 1].empty() ? 0.25 : double(p[after + 1][2]) / algo::kWeightTotal;
+  };
+  EXPECT_TRUE(p[0].empty()) << "an even network at init: equal shares";
+  for (int k = 0; k < kSlowFrom; ++k) EXPECT_TRUE(p[k + 1].empty()) << "after call " << k;
+  int followed = -1;
+  for (int k = kSlowFrom; k < kBackAt && followed < 0; ++k)
+    if (share2(k) >= 0.8) followed = k;
+  ASSERT_GE(followed, 0) << "rank 2 never owned 80% of the vector while slow";
+  EXPECT_LT(followed - kSlowFrom, kFollow) << "the plan followed after call " << followed;
+  for (int k = followed + 1; k < kBackAt; ++k)
+    EXPECT_EQ(p[k + 1], p[followed + 1]) << "the plan changed again after call " << k;
+  int back = -1;
+  for (int k = kBackAt; k < kCalls && back < 0; ++k)
+    if (p[k + 1].empty()) back = k;
+  ASSERT_GE(back, 0) << "equal shares never came back; rank 2 owns " << share2(kCalls - 1);
+  EXPECT_LT(back - kBackAt, kFollow) << "equal shares came back after call " << back;
+  for (int k = back + 1; k < kCalls; ++k)
+    EXPECT_TRUE(p[k + 1].empty()) << "the plan changed again after call " << k;
+}
+
+// TUTTI_REPLAN_BYTES=0: the plan made at init holds, whatever the links do.
+TEST(Balance, ReplanOffKeepsThePlanOfInit) {
+  Env env({{"NCCL_SHM_DISABLE", "1"},
+           {"TUTTI_TEST_NODES", "1,1,1,1"},
+           {"NCCL_ALGO", "ring"},
+           {"TUTTI_REPLAN_BYTES", "0"},
+           {"TUTTI_TEST_LINK_MBPS", "*:*:80"}});
+  std::vector<bool> equal(kRanks, false);
+  runRanks(kRanks, [&](int r, ncclComm_t comm) {
+    core::Comm& c = *comm->impl();
+    if (r == 1) ASSERT_TRUE(c.setTestLinkRate(2, 20));
+    if (r == 2) ASSERT_TRUE(c.setTestLinkRate(3, 20));
+    for (int k = 0; k < 3; ++k) allReduce(r, comm, 1 << 20, k, false);
+    equal[r] = c.balance().ranks.empty() && c.nodeRates().empty();
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(equal[r]) << "rank " << r;
 }
 
 }  // namespace

@@ -162,5 +162,85 @@ TEST(Balance, WeightsKeyTellsPlansApart) {
   EXPECT_EQ(weightsKey({1, 2, 3}), weightsKey({1, 2, 3}));
 }
 
+// updateRate (re-planning at run time): a saturated link's rate is what it
+// carried over its busy time; an unsaturated one only raises a rate, to
+// what it showed, the ceiling at most; too short a look carries over.
+TEST(Balance, ASaturatedLinkIsMeasured) {
+  bool judged = false;
+  double rate = 0.1;  // GB/s
+  // 10 MB over 400 ms busy of 500 ms: 25 MB/s, a step: taken at once.
+  EXPECT_EQ(updateRate(&rate, {10'000'000, 400'000, 500'000}, 0.1, &judged),
+            RateUpdate::kMeasured);
+  EXPECT_TRUE(judged);
+  EXPECT_DOUBLE_EQ(rate, 0.025);
+  // 0.03 GB/s is within 1.5x: half-way.
+  EXPECT_EQ(updateRate(&rate, {12'000'000, 400'000, 500'000}, 0.1, &judged),
+            RateUpdate::kMeasured);
+  EXPECT_DOUBLE_EQ(rate, 0.0275);
+  // Saturated but under kJudgeBusyUs of busy time: not measured, not judged
+  // (its figures add up); what it carried in the time shows no more than
+  // is believed.
+  EXPECT_EQ(updateRate(&rate, {600'000, 30'000, 30'000}, 0.1, &judged), RateUpdate::kKept);
+  EXPECT_FALSE(judged);
+  EXPECT_DOUBLE_EQ(rate, 0.0275);
+  EXPECT_EQ(updateRate(&rate, {}, 0.1, &judged), RateUpdate::kNone);
+  EXPECT_FALSE(judged);
+}
+
+TEST(Balance, AnUnsaturatedLinkOnlyRaisesItsRate) {
+  bool judged = false;
+  double rate = 0.03;
+  // 20 MB over 100 ms busy of 500 ms: 200 MB/s while sending, capped at the
+  // 0.12 GB/s ceiling; at least 40 MB/s (bytes / operation time).
+  EXPECT_EQ(updateRate(&rate, {20'000'000, 100'000, 500'000}, 0.12, &judged),
+            RateUpdate::kRaised);
+  EXPECT_TRUE(judged);  // kJudgeOpUs of operations seen
+  EXPECT_DOUBLE_EQ(rate, 0.12);
+  // Slower than believed, but not the bottleneck: kept.
+  rate = 0.12;
+  EXPECT_EQ(updateRate(&rate, {2'000'000, 100'000, 500'000}, 0.12, &judged), RateUpdate::kKept);
+  EXPECT_DOUBLE_EQ(rate, 0.12);
+  // No busy time read (under the kernel's tick): only bytes / operation time.
+  rate = 0.01;
+  EXPECT_EQ(updateRate(&rate, {4'000'000, 0, 200'000}, 0.12, &judged), RateUpdate::kRaised);
+  EXPECT_FALSE(judged);  // under kJudgeOpUs: carried over
+  EXPECT_DOUBLE_EQ(rate, 0.02);
+}
+
+// replan: a new plan only for kMinGain under the new rates, so figures that
+// wobble keep the plan; a real change moves it, and back.
+TEST(Balance, ReplanKeepsThePlanThroughNoise) {
+  const NodeMap nm = NodeMap::fromHostIds({0, 1, 2, 3});
+  const Balance even = planBalance(nm, {1, 1, 1, 1});
+  ASSERT_FALSE(even.ring.balanced);
+  bool changed = true;
+  // One link 15% slow: equal shares stay (the optimum gains under 10%).
+  Balance b = replan(nm, even, {1, 0.85, 1, 1}, &changed);
+  EXPECT_FALSE(changed);
+  EXPECT_TRUE(b.ranks.empty());
+  // Node 2's links at a quarter: it owns the vector.
+  b = replan(nm, even, {1, 0.25, 0.25, 1}, &changed);
+  ASSERT_TRUE(changed);
+  ASSERT_EQ(b.ranks.size(), size_t{4});
+  EXPECT_GT(b.ranks[2], kWeightTotal * 9 / 10);
+  // The slow links measured 20% faster: the plan is still within kMinGain
+  // of the best for them.
+  const Balance slow = b;
+  b = replan(nm, slow, {1, 0.3, 0.3, 1}, &changed);
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(b.ranks, slow.ranks);
+  // Back to even: equal shares again.
+  b = replan(nm, slow, {1, 1, 1, 1}, &changed);
+  EXPECT_TRUE(changed);
+  EXPECT_TRUE(b.ranks.empty());
+  EXPECT_FALSE(b.ring.balanced);
+}
+
+TEST(Balance, RingRatesPutNodeLinksOnTheRing) {
+  const NodeMap nm = NodeMap::fromHostIds({7, 7, 9, 9, 9});
+  // Ring 0 1 | 2 3 4 |: links 1->2 (node 0's) and 4->0 (node 1's) cross.
+  EXPECT_EQ(ringRates(nm, {0.5, 0.25}, 9), (std::vector<double>{9, 0.5, 9, 9, 0.25}));
+}
+
 }  // namespace
 }  // namespace tutti::algo
