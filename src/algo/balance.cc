@@ -255,22 +255,28 @@ Balance replan(const NodeMap& nm, const Balance& current, const std::vector<doub
   const Balance fresh = planBalance(nm, ringRate);
   Balance out = current;
   *changed = false;
-  // Whether `next` beats `now` (equal shares when not balanced) by kMinGain.
-  auto better = [](const BalancePlan& now, const BalancePlan& next, const std::vector<double>& r) {
+  // One ring's plan: the fresh one when it is kMinGain faster than the
+  // current one; equal shares when the current plan is slower than them
+  // and the fresh one is equal shares; else the current one, its times
+  // (and so its gain, which the cost model weighs) under the new rates.
+  auto choose = [&](const BalancePlan& now, const BalancePlan& next, std::vector<uint32_t>* w,
+                    const std::vector<uint32_t>& nextWeights, const std::vector<double>& r) {
     const std::vector<double> equal(r.size(), 1.0 / static_cast<double>(r.size()));
     const double t = ringTime(now.balanced ? now.shares : equal, r);
-    return t > kMinGain * next.timeBalanced && now.shares != next.shares;
+    const bool take = now.balanced != next.balanced || now.shares != next.shares;
+    if (take && ((next.balanced && t > kMinGain * next.timeBalanced) ||
+                 (!next.balanced && t > next.timeEqual))) {
+      *w = nextWeights;
+      *changed = true;
+      return next;
+    }
+    BalancePlan kept = now;
+    kept.timeEqual = ringTime(equal, r);
+    kept.timeBalanced = t;
+    return kept;
   };
-  if (better(current.ring, fresh.ring, ringRate)) {
-    out.ring = fresh.ring;
-    out.ranks = fresh.ranks;
-    *changed = true;
-  }
-  if (better(current.net, fresh.net, netRates(nm, ringRate))) {
-    out.net = fresh.net;
-    out.nodes = fresh.nodes;
-    *changed = true;
-  }
+  out.ring = choose(current.ring, fresh.ring, &out.ranks, fresh.ranks, ringRate);
+  out.net = choose(current.net, fresh.net, &out.nodes, fresh.nodes, netRates(nm, ringRate));
   return out;
 }
 

@@ -146,8 +146,10 @@ enum class RateUpdate {
 RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, bool* judged);
 
 // The plans for `ringRate` (as planBalance) where each is kMinGain faster
-// than `current`'s under the same rates, else `current`'s (per ring: the
-// flat one and the network one). *changed: whether any plan changed.
+// than `current`'s under the same rates, or equal shares where those are
+// the plan for `ringRate` and beat `current`'s; else `current`'s, with its
+// times under `ringRate` (per ring: the flat one and the network one).
+// *changed: whether any plan's shares changed.
 Balance replan(const NodeMap& nm, const Balance& current, const std::vector<double>& ringRate,
                bool* changed);
 

@@ -525,17 +525,19 @@ bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) 
   algo::Balance next = algo::replan(
       nodeMap_, balance_, algo::ringRates(nodeMap_, nodeRateGBs_, costModel_.intra.bandwidthGBs),
       &changed);
-  if (!changed) {
-    if (rank_ == 0 && !what.empty())
-      TUTTI_TRACE(log::kTuning, "balance: after call {}: {}; plans kept", call, what);
-    return false;
-  }
+  // A kept plan's gain moves with the rates, and the algorithm chosen with it.
+  const bool moved = changed || next.ring.timeEqual != balance_.ring.timeEqual ||
+                     next.ring.timeBalanced != balance_.ring.timeBalanced ||
+                     next.net.timeEqual != balance_.net.timeEqual ||
+                     next.net.timeBalanced != balance_.net.timeBalanced;
   balance_ = std::move(next);
-  if (rank_ == 0)
+  if (rank_ == 0 && changed)
     TUTTI_INFO(log::kTuning, "balance: re-planned after call {}: {}; {}", call,
                what.empty() ? std::string("rates unchanged") : what,
                algo::describeBalance(nodeMap_, balance_));
-  return true;
+  else if (rank_ == 0 && !what.empty())
+    TUTTI_TRACE(log::kTuning, "balance: after call {}: {}; plans kept", call, what);
+  return moved;
 }
 
 bool Comm::setTestLinkRate(int peer, double mbps) {

@@ -257,8 +257,9 @@ class Comm {
   algo::LinkLoad replanFigure() const;
   // Every rank's figure (`all`, by rank), gathered after collective call
   // `call`: updates each node's link rate, re-plans, and takes this rank's
-  // figure when its node's was judged. Whether the plans changed (what was
-  // built on them is stale).
+  // figure when its node's was judged. Whether the plans or their gains
+  // changed (schedules built on them are stale: the shares, or the
+  // algorithm the cost model would choose).
   bool replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call);
   // The rate of each node's link to the next node the plans stand on (GB/s;
   // empty: no re-planning).

@@ -229,11 +229,32 @@ TEST(Balance, ReplanKeepsThePlanThroughNoise) {
   b = replan(nm, slow, {1, 0.3, 0.3, 1}, &changed);
   EXPECT_FALSE(changed);
   EXPECT_EQ(b.ranks, slow.ranks);
+  // ... and its gain is the one under the new rates (the cost model's).
+  EXPECT_DOUBLE_EQ(b.ring.timeBalanced, ringTime(slow.ring.shares, {1, 0.3, 0.3, 1}));
+  EXPECT_DOUBLE_EQ(b.ring.timeEqual, 1.5 / 0.3);
   // Back to even: equal shares again.
   b = replan(nm, slow, {1, 1, 1, 1}, &changed);
   EXPECT_TRUE(changed);
   EXPECT_TRUE(b.ranks.empty());
   EXPECT_FALSE(b.ring.balanced);
+}
+
+// A plan that has become slower than equal shares gives way to them even
+// when equal shares gain less than kMinGain over it.
+TEST(Balance, ReplanDropsAPlanSlowerThanEqualShares) {
+  const NodeMap nm = NodeMap::fromHostIds({0, 1, 2, 3});
+  bool changed = false;
+  const Balance mild = replan(nm, planBalance(nm, {1, 1, 1, 1}), {1, 0.8, 1, 1}, &changed);
+  ASSERT_TRUE(changed);
+  ASSERT_TRUE(mild.ring.balanced);
+  const std::vector<double> now{1, 0.95, 1, 1};
+  const double t = ringTime(mild.ring.shares, now), equal = 1.5 / 0.95;
+  ASSERT_GT(t, equal);              // slower than equal shares ...
+  ASSERT_LT(t, kMinGain * equal);   // ... by less than kMinGain
+  const Balance b = replan(nm, mild, now, &changed);
+  EXPECT_TRUE(changed);
+  EXPECT_FALSE(b.ring.balanced);
+  EXPECT_TRUE(b.ranks.empty());
 }
 
 TEST(Balance, RingRatesPutNodeLinksOnTheRing) {
