@@ -94,6 +94,7 @@ BalancePlan balanceShares(const std::vector<double>& rate) {
   BalancePlan plan;
   const std::vector<double> equal(n, 1.0 / n);
   plan.shares = equal;
+  plan.rates = rate;
   plan.timeEqual = plan.timeBalanced = plan.timeOptimal = ringTime(equal, rate);
   if (n < 2 || n > kMaxPlanLinks) return plan;
   const double top = *std::max_element(rate.begin(), rate.end());
@@ -255,24 +256,26 @@ Balance replan(const NodeMap& nm, const Balance& current, const std::vector<doub
   const Balance fresh = planBalance(nm, ringRate);
   Balance out = current;
   *changed = false;
-  // One ring's plan: the fresh one when it is kMinGain faster than the
-  // current one; equal shares when the current plan is slower than them
-  // and the fresh one is equal shares; else the current one, its times
-  // (and so its gain, which the cost model weighs) under the new rates.
+  // One ring's plan (see the header).
   auto choose = [&](const BalancePlan& now, const BalancePlan& next, std::vector<uint32_t>* w,
                     const std::vector<uint32_t>& nextWeights, const std::vector<double>& r) {
     const std::vector<double> equal(r.size(), 1.0 / static_cast<double>(r.size()));
     const double t = ringTime(now.balanced ? now.shares : equal, r);
-    const bool take = now.balanced != next.balanced || now.shares != next.shares;
-    if (take && ((next.balanced && t > kMinGain * next.timeBalanced) ||
-                 (!next.balanced && t > next.timeEqual))) {
+    bool drifted = now.rates.size() != r.size();
+    for (size_t i = 0; !drifted && i < r.size(); ++i)
+      drifted = !(r[i] <= kReplanDrift * now.rates[i] && now.rates[i] <= kReplanDrift * r[i]);
+    BalancePlan kept = now;
+    kept.timeEqual = ringTime(equal, r);
+    kept.timeBalanced = t;
+    if (!drifted) return kept;
+    kept.rates = r;
+    if (now.balanced == next.balanced && now.shares == next.shares) return kept;
+    if ((next.balanced && t > kReplanGain * next.timeBalanced) ||
+        (!next.balanced && now.balanced && t > next.timeEqual)) {
       *w = nextWeights;
       *changed = true;
       return next;
     }
-    BalancePlan kept = now;
-    kept.timeEqual = ringTime(equal, r);
-    kept.timeBalanced = t;
     return kept;
   };
   out.ring = choose(current.ring, fresh.ring, &out.ranks, fresh.ranks, ringRate);

@@ -63,6 +63,7 @@ struct BalancePlan {
   double timeBalanced = 0;     // the same with `shares`
   double timeOptimal = 0;      // the linear programme's optimum
   bool balanced = false;       // shares differ from equal ones
+  std::vector<double> rates;   // the rates it was planned (or last re-examined) for
 };
 
 // `rate[p]`: the rate of the link from ring position p to position p + 1
@@ -145,10 +146,16 @@ enum class RateUpdate {
 };
 RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, bool* judged);
 
-// The plans for `ringRate` (as planBalance) where each is kMinGain faster
-// than `current`'s under the same rates, or equal shares where those are
-// the plan for `ringRate` and beat `current`'s; else `current`'s, with its
-// times under `ringRate` (per ring: the flat one and the network one).
+// Re-planning, per ring (the flat one, the network one): a plan is
+// re-examined only when some link's rate moved beyond kReplanDrift either
+// way from the rates it was planned for (single figures wobble by up to
+// 20% on the emulated links; updateRate halves that). Then the plan for
+// the new rates replaces it when it is kReplanGain faster under them (or
+// when it is equal shares and those beat the current plan); else the
+// current plan stays, anchored to the new rates. A plan kept either way
+// carries its times under the new rates (its gain, which the cost model
+// weighs). Leaving equal shares still takes kMinGain (balanceShares).
+inline constexpr double kReplanDrift = 1.25, kReplanGain = 1.02;
 // *changed: whether any plan's shares changed.
 Balance replan(const NodeMap& nm, const Balance& current, const std::vector<double>& ringRate,
                bool* changed);

@@ -207,8 +207,8 @@ TEST(Balance, AnUnsaturatedLinkOnlyRaisesItsRate) {
   EXPECT_DOUBLE_EQ(rate, 0.02);
 }
 
-// replan: a new plan only for kMinGain under the new rates, so figures that
-// wobble keep the plan; a real change moves it, and back.
+// replan: a plan is re-examined only when a rate moved beyond kReplanDrift,
+// so figures that wobble keep it; a real change moves it, and back.
 TEST(Balance, ReplanKeepsThePlanThroughNoise) {
   const NodeMap nm = NodeMap::fromHostIds({0, 1, 2, 3});
   const Balance even = planBalance(nm, {1, 1, 1, 1});
@@ -244,17 +244,38 @@ TEST(Balance, ReplanKeepsThePlanThroughNoise) {
 TEST(Balance, ReplanDropsAPlanSlowerThanEqualShares) {
   const NodeMap nm = NodeMap::fromHostIds({0, 1, 2, 3});
   bool changed = false;
-  const Balance mild = replan(nm, planBalance(nm, {1, 1, 1, 1}), {1, 0.8, 1, 1}, &changed);
+  const Balance mild = replan(nm, planBalance(nm, {1, 1, 1, 1}), {1, 0.75, 1, 1}, &changed);
   ASSERT_TRUE(changed);
   ASSERT_TRUE(mild.ring.balanced);
-  const std::vector<double> now{1, 0.95, 1, 1};
-  const double t = ringTime(mild.ring.shares, now), equal = 1.5 / 0.95;
+  // Every link near the same rate again (one moved beyond kReplanDrift).
+  const std::vector<double> now{1.1, 1, 1.1, 1.1};
+  const double t = ringTime(mild.ring.shares, now), equal = 1.5 / 1.0;
   ASSERT_GT(t, equal);              // slower than equal shares ...
   ASSERT_LT(t, kMinGain * equal);   // ... by less than kMinGain
   const Balance b = replan(nm, mild, now, &changed);
   EXPECT_TRUE(changed);
   EXPECT_FALSE(b.ring.balanced);
   EXPECT_TRUE(b.ranks.empty());
+}
+
+// A first re-plan from a figure that straddled the change (a link at half
+// speed, say) is refined when the next figure drifts on, even when the
+// refinement gains less than kMinGain.
+TEST(Balance, ReplanRefinesAPartialPlan) {
+  const NodeMap nm = NodeMap::fromHostIds({0, 1, 2, 3});
+  bool changed = false;
+  const Balance half = replan(nm, planBalance(nm, {1, 1, 1, 1}), {1, 0.55, 0.55, 1}, &changed);
+  ASSERT_TRUE(changed);
+  const std::vector<double> now{1, 0.25, 0.25, 1};
+  const Balance best = planBalance(nm, now);
+  ASSERT_LT(ringTime(half.ring.shares, now), kMinGain * best.ring.timeBalanced);
+  ASSERT_GT(ringTime(half.ring.shares, now), kReplanGain * best.ring.timeBalanced);
+  const Balance b = replan(nm, half, now, &changed);
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(b.ranks, best.ranks);
+  // The same figures again: nothing moves.
+  replan(nm, b, now, &changed);
+  EXPECT_FALSE(changed);
 }
 
 TEST(Balance, RingRatesPutNodeLinksOnTheRing) {
