@@ -264,10 +264,10 @@ Balance replan(const NodeMap& nm, const Balance& current, const std::vector<doub
     bool drifted = now.rates.size() != r.size();
     for (size_t i = 0; !drifted && i < r.size(); ++i)
       drifted = !(r[i] <= kReplanDrift * now.rates[i] && now.rates[i] <= kReplanDrift * r[i]);
+    if (!drifted) return now;
     BalancePlan kept = now;
     kept.timeEqual = ringTime(equal, r);
     kept.timeBalanced = t;
-    if (!drifted) return kept;
     kept.rates = r;
     if (now.balanced == next.balanced && now.shares == next.shares) return kept;
     if ((next.balanced && t > kReplanGain * next.timeBalanced) ||

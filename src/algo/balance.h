@@ -152,9 +152,10 @@ RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, 
 // 20% on the emulated links; updateRate halves that). Then the plan for
 // the new rates replaces it when it is kReplanGain faster under them (or
 // when it is equal shares and those beat the current plan); else the
-// current plan stays, anchored to the new rates. A plan kept either way
-// carries its times under the new rates (its gain, which the cost model
-// weighs). Leaving equal shares still takes kMinGain (balanceShares).
+// current plan stays, anchored to the new rates, with its times under them
+// (its gain, which the cost model weighs). A plan not re-examined is left
+// as it is, times included. Leaving equal shares still takes kMinGain
+// (balanceShares).
 inline constexpr double kReplanDrift = 1.25, kReplanGain = 1.02;
 // *changed: whether any plan's shares changed.
 Balance replan(const NodeMap& nm, const Balance& current, const std::vector<double>& ringRate,

@@ -480,10 +480,12 @@ void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
   ceilingGBs_ = *std::max_element(nodeRate.begin(), nodeRate.end());
   nodeRateGBs_ = std::move(nodeRate);
   // What the telemetry sums for the re-plan: the links to the next node.
-  const int next = (nodeMap_.nodeOf[rank_] + 1) % nodeMap_.nNodes();
-  std::vector<uint8_t> toNext(nranks_, 0);
-  for (int q : nodeMap_.nodes[next]) toNext[q] = 1;
-  telemetry_->watchNextNode(std::move(toNext));
+  const int mine = nodeMap_.nodeOf[rank_], next = (mine + 1) % nodeMap_.nNodes();
+  std::vector<uint8_t> where(nranks_, Telemetry::kOtherNode);
+  for (int q = 0; q < nranks_; ++q)
+    if (nodeMap_.nodeOf[q] == mine) where[q] = Telemetry::kThisNode;
+    else if (nodeMap_.nodeOf[q] == next) where[q] = Telemetry::kNextNode;
+  telemetry_->watchNextNode(std::move(where));
 }
 
 bool Comm::replanDue(uint64_t bytes) {

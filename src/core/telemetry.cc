@@ -163,7 +163,7 @@ void Telemetry::measureLinks(int64_t tookUs) {
     }
     // The re-plan's sums take every operation's (the kernel's busy time is
     // counted in ticks: many small figures add up to a fair one).
-    if (static_cast<size_t>(q) < toNext_.size() && toNext_[q]) {
+    if (static_cast<size_t>(q) < where_.size() && where_[q] == kNextNode) {
       next.bytes += acked;
       next.busyUs = std::max(next.busyUs, busy);
       next.opUs = static_cast<uint64_t>(std::max<int64_t>(tookUs, 1));
@@ -177,6 +177,10 @@ void Telemetry::measureLinks(int64_t tookUs) {
     busy_[q] = std::min(
         1.0, static_cast<double>(busy) / static_cast<double>(std::max<int64_t>(tookUs, 1)));
   }
+  // Only when this rank sent across nodes to the next node alone.
+  for (int q = 0; q < nranks_ && next.opUs; ++q)
+    if (static_cast<size_t>(q) < where_.size() && where_[q] == kOtherNode && sent_[q] > 0)
+      next = {};
   nextLoad_.bytes += next.bytes;
   nextLoad_.busyUs += next.busyUs;
   nextLoad_.opUs += next.opUs;

@@ -63,9 +63,12 @@
 //   kQuietOps operations without it. An even run (no candidate persists)
 //   prints nothing.
 // - The balance re-plan (Comm::replanBalance): for the links to the ranks
-//   of the next node (watchNextNode), every measured operation adds what
-//   they carried (acknowledged bytes, the busiest connection's busy time)
-//   and its own time to a sum that Comm takes when the ranks gather their
+//   of the next node (watchNextNode), every measured operation that sent
+//   across nodes only to the next node (the ring algorithms, the two-level
+//   algorithms' network ring; not recursive doubling or Rabenseifner's,
+//   whose traffic to other nodes shares the node's link) adds what they
+//   carried (acknowledged bytes, the busiest connection's busy time) and
+//   its own time to a sum that Comm takes when the ranks gather their
 //   figures.
 // - tuttiCommStragglers (tutti.h) reads this rank's measurements and its
 //   named stragglers (Telemetry::report), from any thread.
@@ -117,9 +120,10 @@ class Telemetry {
   // Any thread.
   std::vector<StragglerRow> report() const;
 
-  // The balance re-plan's sums (under the communicator's mutex): `toNext`,
-  // per peer, whether it is on the next node.
-  void watchNextNode(std::vector<uint8_t> toNext) { toNext_ = std::move(toNext); }
+  // The balance re-plan's sums (under the communicator's mutex): `where`,
+  // per peer, which node it is on.
+  enum Where : uint8_t { kThisNode, kNextNode, kOtherNode };
+  void watchNextNode(std::vector<uint8_t> where) { where_ = std::move(where); }
   const algo::LinkLoad& nextNodeLoad() const { return nextLoad_; }
   void clearNextNodeLoad() { nextLoad_ = {}; }
 
@@ -160,7 +164,7 @@ class Telemetry {
   std::vector<double> avgMBps_, avgBusy_;
   static constexpr double kSmoothing = 0.25;  // the weight of each operation's figures
   void measureLinks(int64_t tookUs);
-  std::vector<uint8_t> toNext_;  // watchNextNode (empty: not summed)
+  std::vector<uint8_t> where_;  // watchNextNode (empty: not summed)
   algo::LinkLoad nextLoad_;
   // The view (what this rank stamps and names).
   Late late_;
