@@ -239,7 +239,7 @@ RateUpdate updateRate(double* rateGBs, const LinkLoad& load, double ceilingGBs, 
     const double measured = bytes / static_cast<double>(load.busyUs) / 1000;  // bytes/us = MB/s
     const double was = *rateGBs;
     *rateGBs = !(was > 0) || measured > 1.5 * was || measured * 1.5 < was ? measured
-                                                                         : (was + measured) / 2;
+                                                                          : (was + measured) / 2;
     return RateUpdate::kMeasured;
   }
   *judged = load.opUs >= kJudgeOpUs;

@@ -109,8 +109,7 @@ Balance planBalance(const NodeMap& nm, const std::vector<double>& ringRate);
 // The rates of the flat ring's links (ringRate above) from the rate of
 // each node's link to the next node (`nodeRate`, indexed by node) and the
 // rate inside a node (`intra`).
-std::vector<double> ringRates(const NodeMap& nm, const std::vector<double>& nodeRate,
-                              double intra);
+std::vector<double> ringRates(const NodeMap& nm, const std::vector<double>& nodeRate, double intra);
 
 // A plan in one line: "ring: ...; network ring of the two-level algorithms:
 // ..." with each plan's gain over equal shares and the shares of 1% or more.

@@ -463,11 +463,11 @@ void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
     rates += fmt::format("{}{}->{} {:.4g}", rates.empty() ? "" : ", ", from, to,
                          links[from].bandwidthGBs);
   }
-  algo::Balance plan =
-      algo::planBalance(nodeMap_, algo::ringRates(nodeMap_, nodeRate, costModel_.intra.bandwidthGBs));
+  algo::Balance plan = algo::planBalance(
+      nodeMap_, algo::ringRates(nodeMap_, nodeRate, costModel_.intra.bandwidthGBs));
   if (rank_ == 0) {
-    const std::string detail = fmt::format("{}; inter-node links GB/s: {}",
-                                           algo::describeBalance(nodeMap_, plan), rates);
+    const std::string detail =
+        fmt::format("{}; inter-node links GB/s: {}", algo::describeBalance(nodeMap_, plan), rates);
     if (!enabled)
       TUTTI_INFO(log::kTuning, "balance: off (TUTTI_BALANCE=0); would be {}", detail);
     else
@@ -483,8 +483,10 @@ void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
   const int mine = nodeMap_.nodeOf[rank_], next = (mine + 1) % nodeMap_.nNodes();
   std::vector<uint8_t> where(nranks_, Telemetry::kOtherNode);
   for (int q = 0; q < nranks_; ++q)
-    if (nodeMap_.nodeOf[q] == mine) where[q] = Telemetry::kThisNode;
-    else if (nodeMap_.nodeOf[q] == next) where[q] = Telemetry::kNextNode;
+    if (nodeMap_.nodeOf[q] == mine)
+      where[q] = Telemetry::kThisNode;
+    else if (nodeMap_.nodeOf[q] == next)
+      where[q] = Telemetry::kNextNode;
   telemetry_->watchNextNode(std::move(where));
 }
 
@@ -516,10 +518,9 @@ bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) 
     if (u != algo::RateUpdate::kMeasured && u != algo::RateUpdate::kRaised) continue;
     what += fmt::format("{}node {} -> {}: {:.4g} GB/s ({} {:.4g} GB/s, busy {:.0f}%)",
                         what.empty() ? "" : ", ", k, (k + 1) % nodes, rate[k],
-                        u == algo::RateUpdate::kMeasured ? "was" : "at least, was",
-                        nodeRateGBs_[k],
-                        100.0 * static_cast<double>(node.busyUs) /
-                            static_cast<double>(std::max<uint64_t>(node.opUs, 1)));
+                        u == algo::RateUpdate::kMeasured ? "was" : "at least, was", nodeRateGBs_[k],
+                        std::min(100.0, 100.0 * static_cast<double>(node.busyUs) /
+                                            static_cast<double>(std::max<uint64_t>(node.opUs, 1))));
   }
   if (mineJudged) telemetry_->clearNextNodeLoad();
   nodeRateGBs_ = std::move(rate);

@@ -169,13 +169,11 @@ TEST(Balance, ASaturatedLinkIsMeasured) {
   bool judged = false;
   double rate = 0.1;  // GB/s
   // 10 MB over 400 ms busy of 500 ms: 25 MB/s, a step: taken at once.
-  EXPECT_EQ(updateRate(&rate, {10'000'000, 400'000, 500'000}, 0.1, &judged),
-            RateUpdate::kMeasured);
+  EXPECT_EQ(updateRate(&rate, {10'000'000, 400'000, 500'000}, 0.1, &judged), RateUpdate::kMeasured);
   EXPECT_TRUE(judged);
   EXPECT_DOUBLE_EQ(rate, 0.025);
   // 0.03 GB/s is within 1.5x: half-way.
-  EXPECT_EQ(updateRate(&rate, {12'000'000, 400'000, 500'000}, 0.1, &judged),
-            RateUpdate::kMeasured);
+  EXPECT_EQ(updateRate(&rate, {12'000'000, 400'000, 500'000}, 0.1, &judged), RateUpdate::kMeasured);
   EXPECT_DOUBLE_EQ(rate, 0.0275);
   // Saturated but under kJudgeBusyUs of busy time: not measured, not judged
   // (its figures add up); what it carried in the time shows no more than
@@ -192,8 +190,7 @@ TEST(Balance, AnUnsaturatedLinkOnlyRaisesItsRate) {
   double rate = 0.03;
   // 20 MB over 100 ms busy of 500 ms: 200 MB/s while sending, capped at the
   // 0.12 GB/s ceiling; at least 40 MB/s (bytes / operation time).
-  EXPECT_EQ(updateRate(&rate, {20'000'000, 100'000, 500'000}, 0.12, &judged),
-            RateUpdate::kRaised);
+  EXPECT_EQ(updateRate(&rate, {20'000'000, 100'000, 500'000}, 0.12, &judged), RateUpdate::kRaised);
   EXPECT_TRUE(judged);  // kJudgeOpUs of operations seen
   EXPECT_DOUBLE_EQ(rate, 0.12);
   // Slower than believed, but not the bottleneck: kept.
@@ -257,8 +254,8 @@ TEST(Balance, ReplanDropsAPlanSlowerThanEqualShares) {
   // Every link near the same rate again (one moved beyond kReplanDrift).
   const std::vector<double> now{1.1, 1, 1.1, 1.1};
   const double t = ringTime(mild.ring.shares, now), equal = 1.5 / 1.0;
-  ASSERT_GT(t, equal);              // slower than equal shares ...
-  ASSERT_LT(t, kMinGain * equal);   // ... by less than kMinGain
+  ASSERT_GT(t, equal);             // slower than equal shares ...
+  ASSERT_LT(t, kMinGain * equal);  // ... by less than kMinGain
   const Balance b = replan(nm, mild, now, &changed);
   EXPECT_TRUE(changed);
   EXPECT_FALSE(b.ring.balanced);
