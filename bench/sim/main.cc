@@ -567,6 +567,7 @@ struct Runner {
       rate[p] = a == b ? o.cfg.cost.intra.bandwidthGBs : std::min(nic(a), nic(b));
     }
     balance = algo::planBalance(nodes, rate);
+    balance.live = true;  // tutti re-plans by default (TUTTI_REPLAN_BYTES)
     planned = true;
     return algo::describeBalance(nodes, balance);
   }

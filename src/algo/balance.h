@@ -97,6 +97,12 @@ uint32_t weightsKey(const std::vector<uint32_t>& weights);
 struct Balance {
   BalancePlan ring, net;
   std::vector<uint32_t> ranks, nodes;
+  // Re-planned at run time (Comm::replanBalance): the cost model keeps the
+  // all-reduces it covers on the algorithms it balances and measures (the
+  // ring and the two-level ones; not recursive doubling or Rabenseifner's,
+  // whose traffic to every node the re-plan cannot read, so a node that
+  // turns slow under them would never be planned around).
+  bool live = false;
   double ringGain() const { return ring.timeEqual / ring.timeBalanced; }
   double netGain() const { return net.timeEqual / net.timeBalanced; }
 };

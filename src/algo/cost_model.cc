@@ -110,7 +110,10 @@ CollArgs::Algo chooseAllReduce(const CollArgs& a) {
   }
   Algo best = Algo::kRing;
   double bestUs = predictAllReduceUs(a, Algo::kRing);
+  // A live balanced plan (algo/balance.h) keeps to the algorithms it covers.
+  const bool live = a.balance && a.balance->live;
   for (Algo c : {Algo::kRecursiveDoubling, Algo::kHierarchical, Algo::kRabenseifner}) {
+    if (live && c != Algo::kHierarchical) continue;
     const double us = predictAllReduceUs(a, c);
     if (us < bestUs) best = c, bestUs = us;
   }

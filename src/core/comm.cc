@@ -477,6 +477,7 @@ void Comm::planBalance(const std::vector<LinkFigures>& links, bool enabled) {
   if (!enabled) return;
   balance_ = std::move(plan);
   if (replanBytes_ == 0) return;
+  balance_.live = true;
   ceilingGBs_ = *std::max_element(nodeRate.begin(), nodeRate.end());
   nodeRateGBs_ = std::move(nodeRate);
   // What the telemetry sums for the re-plan: the links to the next node.

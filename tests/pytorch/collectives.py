@@ -1,6 +1,7 @@
 """Every supported torch.distributed call through tutti, checked against exact
 expected values (integer-valued data, so every dtype sums exactly in any
 order) and against Gloo in the same processes where Gloo implements the call."""
+import gc
 import time
 
 import torch
@@ -376,4 +377,8 @@ expect_error(lambda: dist.all_gather_coalesced([[torch.ones(3)]] * (WORLD + 1), 
              ["allgather_coalesced", "output lists"], "all_gather_coalesced lists")
 dist.barrier()
 log("collectives: %d checks passed on rank %d of %d in %.1f s" % (C.n, RANK, WORLD, time.time() - t0))
+# The Gloo groups end while Python is alive (their worker threads may free
+# tensors; after the interpreter finalized that aborts: issue 30, ddp.py).
 dist.destroy_process_group()
+del gloo
+gc.collect()
