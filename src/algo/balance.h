@@ -31,9 +31,9 @@
 //   its links to the next node carried (LinkLoad), the ranks gather the
 //   figures at the same operation boundary, and each updates the rate of
 //   every node's outgoing link alike (updateRate) and re-plans (replan):
-//   the new plans replace the current ones only where they are kMinGain
-//   faster under the new rates, so figures that wobble do not flip the
-//   plan back and forth.
+//   a plan is re-examined only when a link's rate moved beyond
+//   kReplanDrift from the rates it was made for, so figures that wobble do
+//   not flip the plan back and forth.
 // - Pure functions: every rank computes the same plan from the same figures.
 #pragma once
 
