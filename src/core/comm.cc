@@ -499,8 +499,6 @@ bool Comm::replanDue(uint64_t bytes) {
   return true;
 }
 
-algo::LinkLoad Comm::replanFigure() const { return telemetry_->nextNodeLoad(); }
-
 bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) {
   const int nodes = nodeMap_.nNodes();
   std::vector<double> rate = nodeRateGBs_;

@@ -252,12 +252,10 @@ class Comm {
   // gather their link figures (TUTTI_REPLAN_BYTES of them since the last
   // time; never when nothing was planned at init or re-planning is off).
   bool replanDue(uint64_t bytes);
-  // This rank's figure: what its links to the next node carried since its
-  // figure was last taken.
-  algo::LinkLoad replanFigure() const;
-  // Every rank's figure (`all`, by rank), gathered after collective call
-  // `call`: updates each node's link rate, re-plans, and takes this rank's
-  // figure when its node's was judged. Whether the plans or their gains
+  // Every rank's figure (`all`, by rank: what its links to the next node
+  // carried since its figure was last taken, Telemetry::nextNodeLoad),
+  // gathered after collective call `call`: updates each node's link rate,
+  // re-plans, and takes this rank's figure when its node's was judged. Whether the plans or their gains
   // changed (schedules built on them are stale: the shares, or the
   // algorithm the cost model would choose).
   bool replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call);

@@ -410,7 +410,7 @@ Status agreeBalance(const std::vector<Comm*>& due, const std::vector<uint64_t>& 
   std::vector<Work*> ptrs;
   static_assert(sizeof(algo::LinkLoad) == 3 * sizeof(uint64_t), "gathered as 3 uint64");
   for (size_t i = 0; i < due.size(); ++i) {
-    mine[i] = due[i]->replanFigure();
+    mine[i] = due[i]->telemetry().nextNodeLoad();
     all[i].resize(due[i]->nranks());
     Op gather;
     gather.comm = due[i];
