@@ -138,6 +138,28 @@ bool useTwoLevelGather(const CollArgs& a) {
   return twoLevel < flat;
 }
 
+std::vector<CollArgs::Algo> algorithmCandidates(const CollArgs& a, double within) {
+  using Algo = CollArgs::Algo;
+  const bool multiNode = a.nodes && a.nodes->nNodes() > 1;
+  if (a.coll == Collective::kAllGather || a.coll == Collective::kReduceScatter) {
+    if (!multiNode || !a.nodes->uniform() || a.nodes->maxPerNode() < 2) return {Algo::kRing};
+    if (useTwoLevelGather(a)) return {Algo::kHierarchical, Algo::kRing};
+    return {Algo::kRing, Algo::kHierarchical};
+  }
+  if (a.coll != Collective::kAllReduce) return {};
+  const Algo chosen = chooseAllReduce(a);
+  std::vector<Algo> out{chosen};
+  const double best = predictAllReduceUs(a, chosen);
+  const bool live = a.balance && a.balance->live;
+  for (Algo c : {Algo::kRing, Algo::kRabenseifner, Algo::kHierarchical, Algo::k2DRing,
+                 Algo::kRecursiveDoubling}) {
+    if (c == chosen || (live && c != Algo::kRing && c != Algo::kHierarchical)) continue;
+    const double us = predictAllReduceUs(a, c);
+    if (std::isfinite(us) && us <= within * best) out.push_back(c);
+  }
+  return out;
+}
+
 const char* algoName(CollArgs::Algo algo) {
   switch (algo) {
     case CollArgs::Algo::kAuto:

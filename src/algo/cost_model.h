@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "algo/schedule.h"
 
@@ -26,6 +27,16 @@ CollArgs::Algo chooseAllReduce(const CollArgs& a);
 // (uniform nodes of more than one rank, more than one node; forced by
 // a.algo == kHierarchical, ruled out by kRing, else when predicted faster).
 bool useTwoLevelGather(const CollArgs& a);
+
+// The algorithms worth measuring for `a` (all-reduce, all-gather or
+// reduce-scatter; a.algo kAuto) at run time (core/tuner.h): the one the
+// model chooses first, then every other that applies and that the model
+// predicts at most `within` times slower (all-reduce: ring, Rabenseifner's,
+// hierarchical, 2D-ring, recursive doubling; only those a live balanced plan
+// covers while it is live; all-gather and reduce-scatter: the ring and the
+// two-level algorithm where it applies, as kRing and kHierarchical). One
+// element: nothing to choose.
+std::vector<CollArgs::Algo> algorithmCandidates(const CollArgs& a, double within);
 
 const char* algoName(CollArgs::Algo algo);
 // "ring", "tree", "2dring", "hierarchical", "rabenseifner" (case-insensitive; NCCL_ALGO may

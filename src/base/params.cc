@@ -260,6 +260,11 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_REPLAN_BYTES", false, Effect::kHonoured,
      "re-plan the balanced shares from the links' measured rates after every this many bytes of "
      "all-reduce (default 64 MiB; 0: keep the plan made at init; rank 0's value holds)"},
+    {"TUTTI_TUNE", false, Effect::kHonoured,
+     "run-time tuning of large collectives: 1 (default) or a list of algo, channels, chunk; 0: "
+     "off (rank 0's value holds)"},
+    {"TUTTI_TUNE_MIN_BYTES", false, Effect::kHonoured,
+     "smallest collective tuned at run time (default 1 MiB; rank 0's value holds)"},
     {"TUTTI_ONESHOT_MAX", false, Effect::kHonoured, "one-shot path for small collectives"},
     {"TUTTI_CMA", false, Effect::kHonoured, "single-copy collectives by cross-memory attach"},
     {"TUTTI_CMA_MIN_BYTES", false, Effect::kHonoured, "smallest single-copy collective"},

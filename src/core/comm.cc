@@ -189,6 +189,20 @@ Result<std::unique_ptr<Comm>> Comm::create(const UniqueIdData& id, int rank, int
 
   c->algoEnv_ = params::getStr("NCCL_ALGO", "");
   c->forcedAlgo_ = algo::parseAlgo(c->algoEnv_);
+  // Run-time tuning (core/tuner.h): what the environment sets stays as set.
+  const std::string tune = params::getStr("TUTTI_TUNE", "");
+  if (!Tuner::parseKnobs(tune, &c->tuneKnobs_)) {
+    TUTTI_WARN("TUTTI_TUNE={} is not 0, 1, or a list of algo, channels, chunk; every knob tunes",
+               tune);
+    c->tuneKnobs_ = Tuner::kAll;
+  }
+  if (c->forcedAlgo_ != algo::CollArgs::Algo::kAuto) c->tuneKnobs_ &= ~Tuner::kAlgo;
+  if (params::get("TUTTI_NCHANNELS") || params::get("NCCL_MIN_NCHANNELS") ||
+      params::get("NCCL_MAX_NCHANNELS") || config.minChannels > 0 || config.maxChannels > 0)
+    c->tuneKnobs_ &= ~Tuner::kChannels;
+  if (params::get("TUTTI_CHUNK_SIZE")) c->tuneKnobs_ &= ~Tuner::kChunk;
+  c->tuneMinBytes_ = static_cast<uint64_t>(
+      std::max<int64_t>(0, params::getInt("TUTTI_TUNE_MIN_BYTES", int64_t{1} << 20)));
   TUTTI_RETURN_IF_ERROR(c->readCompressionEnv());
   if (rank == 0) {
     // NCCL_PROTO has no effect: params::reportEnvironment() names it at WARN.
@@ -277,8 +291,9 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
     int32_t sharedMemory;  // every peer through shared memory (as this rank connects)
     int32_t interKnown;    // the inter-node bandwidth was measured or given, not a default
     int32_t balance;       // TUTTI_BALANCE
-    int32_t reserved;
+    int32_t tuneKnobs;     // TUTTI_TUNE, less what the environment fixes
     uint64_t replanBytes;  // TUTTI_REPLAN_BYTES
+    uint64_t tuneMinBytes;  // TUTTI_TUNE_MIN_BYTES
   };
   static_assert(std::is_trivially_copyable_v<Choice>, "Choice crosses processes");
   algo::CostModel mine;
@@ -318,21 +333,40 @@ Status Comm::agreeOnSelection(const topo::Topology& t) {
                 static_cast<int32_t>(shm),
                 static_cast<int32_t>(t.interBandwidthGBs.has_value() || measured),
                 static_cast<int32_t>(params::getBool("TUTTI_BALANCE", true)),
-                0,
-                replanBytes_};
+                static_cast<int32_t>(tuneKnobs_),
+                replanBytes_,
+                tuneMinBytes_};
   TUTTI_RETURN_IF_ERROR(bootstrap_->allGather(all.data(), sizeof(Choice)));
   const Choice& c = all[0];
   costModel_.intra = {c.intraLatencyUs, c.intraBandwidthGBs};
   costModel_.inter = {c.interLatencyUs, c.interBandwidthGBs};
   knownInterMBps_ = c.interKnown ? c.interBandwidthGBs * 1000 : 0;
   if (c.rdMaxBytes != rdMaxBytes_ || c.forcedAlgo != static_cast<int32_t>(forcedAlgo_) ||
-      c.balance != all[rank_].balance || c.replanBytes != replanBytes_)
+      c.balance != all[rank_].balance || c.replanBytes != replanBytes_ ||
+      c.tuneKnobs != all[rank_].tuneKnobs || c.tuneMinBytes != tuneMinBytes_)
     TUTTI_WARN(
-        "TUTTI_RD_MAX, NCCL_ALGO, TUTTI_BALANCE or TUTTI_REPLAN_BYTES differ from rank 0's; rank "
-        "0's settings apply so that every rank picks the same algorithm");
+        "TUTTI_RD_MAX, NCCL_ALGO, TUTTI_BALANCE, TUTTI_REPLAN_BYTES, TUTTI_TUNE (or what fixes its "
+        "knobs) or TUTTI_TUNE_MIN_BYTES differ from rank 0's; rank 0's settings apply so that "
+        "every rank picks the same algorithm");
   replanBytes_ = c.replanBytes;
   rdMaxBytes_ = c.rdMaxBytes;
   forcedAlgo_ = static_cast<algo::CollArgs::Algo>(c.forcedAlgo);
+  tuneKnobs_ = static_cast<unsigned>(c.tuneKnobs);
+  tuneMinBytes_ = c.tuneMinBytes;
+  Tuner::Options tune;
+  tune.knobs = tuneKnobs_;
+  tune.minBytes = tuneMinBytes_;
+  tune.nranks = nranks_;
+  tune.channels = nChannels_;
+  tune.chunkBytes = chunkBytes_;
+  tune.maxChunkBytes = bufferBytes_ / 2;
+  tuner_ = Tuner(tune);
+  if (rank_ == 0 && nranks_ > 1)
+    TUTTI_INFO(log::kTuning,
+               "tuning: all-reduce, all-gather and reduce-scatter of {} bytes and more tune at run "
+               "time: {} (TUTTI_TUNE; NCCL_ALGO, TUTTI_NCHANNELS, NCCL_MIN/MAX_NCHANNELS and "
+               "TUTTI_CHUNK_SIZE fix theirs)",
+               tuneMinBytes_, Tuner::knobNames(tuneKnobs_));
   // Feeds the algorithm choice, which every rank must make alike.
   sharedMemory_ = c.sharedMemory != 0;
   // Compressed and plain messages do not mix: rank 0's TUTTI_COMPRESSION holds.
@@ -499,7 +533,7 @@ bool Comm::replanDue(uint64_t bytes) {
   return true;
 }
 
-bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) {
+bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call, bool* sharesMoved) {
   const int nodes = nodeMap_.nNodes();
   std::vector<double> rate = nodeRateGBs_;
   std::string what;  // per node, what moved its rate
@@ -533,6 +567,7 @@ bool Comm::replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call) 
                      next.net.timeEqual != balance_.net.timeEqual ||
                      next.net.timeBalanced != balance_.net.timeBalanced;
   balance_ = std::move(next);
+  if (sharesMoved) *sharesMoved = changed;
   if (rank_ == 0 && changed)
     TUTTI_INFO(log::kTuning, "balance: re-planned after call {}: {}; {}", call,
                what.empty() ? std::string("rates unchanged") : what,

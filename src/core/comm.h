@@ -40,6 +40,7 @@
 #include "core/op.h"
 #include "core/staging.h"
 #include "core/telemetry.h"
+#include "core/tuner.h"
 #include "core/wire_header.h"
 #include "transports/transport.h"
 
@@ -255,10 +256,11 @@ class Comm {
   // Every rank's figure (`all`, by rank: what its links to the next node
   // carried since its figure was last taken, Telemetry::nextNodeLoad),
   // gathered after collective call `call`: updates each node's link rate,
-  // re-plans, and takes this rank's figure when its node's was judged. Whether the plans or their gains
-  // changed (schedules built on them are stale: the shares, or the
-  // algorithm the cost model would choose).
-  bool replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call);
+  // re-plans, and takes this rank's figure when its node's was judged. Whether the plans or their
+  // gains changed (schedules built on them are stale: the shares, or the algorithm the cost model
+  // would choose); *sharesMoved (when given): whether a plan's shares changed.
+  bool replanBalance(const std::vector<algo::LinkLoad>& all, uint64_t call,
+                     bool* sharesMoved = nullptr);
   // The rate of each node's link to the next node the plans stand on (GB/s;
   // empty: no re-planning).
   const std::vector<double>& nodeRates() const { return nodeRateGBs_; }
@@ -266,6 +268,10 @@ class Comm {
   // `mbps` from now (tests change a link's rate between calls; false: no
   // emulated link to that peer).
   bool setTestLinkRate(int peer, double mbps);
+  // Run-time tuning of large collectives (core/tuner.h), set up at init from
+  // rank 0's TUTTI_TUNE and TUTTI_TUNE_MIN_BYTES; used under mutex() by the
+  // thread that runs operations (core/group.cc).
+  Tuner& tuner() { return tuner_; }
   // The progress engine (core/engine.h), started on first use, and a wait
   // for whatever it still runs (no-op without one).
   Engine& engine();
@@ -422,6 +428,9 @@ class Comm {
   double ceilingGBs_ = 0;            // the fastest of them at init (algo::updateRate)
   uint64_t replanBytes_ = 0;         // TUTTI_REPLAN_BYTES (0: never)
   uint64_t sinceReplan_ = 0;         // plain all-reduce bytes since the last gathering
+  Tuner tuner_;
+  unsigned tuneKnobs_ = Tuner::kAll;  // TUTTI_TUNE, less what the environment fixes
+  uint64_t tuneMinBytes_ = 1 << 20;   // TUTTI_TUNE_MIN_BYTES
   std::vector<double> linkMBps_;  // TUTTI_TEST_LINK_MBPS: per peer, the rate of this rank's link
   std::vector<std::shared_ptr<transport::TokenBucket>> testLinks_;  // its emulated links, per peer
   std::mutex mu_;

@@ -195,6 +195,7 @@ class Run {
   Comm* c_ = nullptr;
   const HostKernels* k_ = nullptr;  // c_'s, for the reductions and codecs
   size_t smallBytes_ = 0;  // channel0Only's limit
+  int sendChannels_ = 1;   // the channels messages leave on (Work::channels)
   std::vector<FlatRef> sends_, recvs_;
   // Per flat recv: the flat sends waiting for it. Sized to the largest
   // operation seen (waiters_[i] for i >= recvs_.size() are empty and unused).
@@ -282,6 +283,7 @@ void Run::reset(Work* w) {
   c_ = w->comm;
   k_ = &c_->kernels();
   smallBytes_ = std::min(kSmallMessageBytes, c_->chunkBytes() / 2);
+  sendChannels_ = w->channels > 0 ? std::min(w->channels, c_->nChannels()) : c_->nChannels();
   sends_.clear();
   recvs_.clear();
   for (size_t i = 0; i < recvDone_.size() && i < waiters_.size(); ++i) waiters_[i].clear();
@@ -412,6 +414,7 @@ Status Run::progressSend(PeerRun& p, int ch, bool* progress) {
     if (c_->revoked()) return Comm::revokedError();
     if (o.send < 0) {
       if (p.ready.empty()) return Status::ok();
+      if (ch >= sendChannels_) return Status::ok();
       if (ch != 0) {
         const auto& front = sends_[p.ready.front()];
         const auto& fs = w_->schedules[front.inst];
@@ -812,7 +815,8 @@ void Run::preparePoll(std::vector<pollfd>* fds, std::vector<std::pair<PeerRun*, 
       const bool ahead = wantRecv && chan.conn->buffered();
       if (ahead) *ready = true;
       if (wantRecv && !ahead) ev |= POLLIN;
-      const bool wantSend = p.sendsLeft && (p.out[ch].send >= 0 || !p.ready.empty());
+      const bool wantSend =
+          p.sendsLeft && (p.out[ch].send >= 0 || (!p.ready.empty() && ch < sendChannels_));
       if (wantSend && p.sendFull[ch]) ev |= POLLOUT;
       p.canSend[ch] = wantSend && !p.sendFull[ch] ? 1 : 0;
       p.canRecv[ch] = held || ahead ? 1 : 0;

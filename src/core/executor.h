@@ -45,6 +45,9 @@ struct Work {
   // caller's operations, the balance re-plan's, which would stand in for
   // the next operation's start and gap).
   bool measured = true;
+  // The channels its messages leave on (the first ones; 0: every one). The
+  // receiving side reads every channel, so the two sides need not agree.
+  int channels = 0;
 };
 
 Status execute(std::vector<Work*>& work);

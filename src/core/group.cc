@@ -1,10 +1,13 @@
 #include "core/group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "algo/balance.h"
 #include "algo/cost_model.h"
@@ -141,10 +144,62 @@ void logAlgorithm(const Op& o, const algo::Schedule& s) {
                        o.coll == Collective::kReduceScatter) &&
                       (s.algorithm == algo::algoName(forcedAlgo) ||
                        s.algorithm == std::string("balanced ") + algo::algoName(forcedAlgo));
-  TUTTI_INFO(log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}",
+  TUTTI_INFO(log::kTuning, "{} count {} {} on {} ranks: algorithm {}{}{}{}{}",
              algo::collectiveName(o.coll), o.count, typeName(o.dt), comm.nranks(), s.algorithm,
              algoEnv.empty() ? "" : " (NCCL_ALGO=", algoEnv,
-             algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"));
+             algoEnv.empty() ? "" : (forced ? ")" : " not applicable)"),
+             o.tune.trial >= 0 ? " (run-time tuning: a trial)"
+             : o.tune.cls >= 0 ? " (run-time tuning: settled)"
+                               : "");
+}
+
+// The cost model's view of collective `o` on `comm` (what buildWork plans
+// it with before the tuner's setting).
+algo::CollArgs argsOf(Comm& comm, const Op& o) {
+  const size_t es = elemSize(o.dt);
+  algo::CollArgs a;
+  a.coll = o.coll;
+  a.rank = comm.rank();
+  a.nranks = comm.nranks();
+  a.count = o.count;
+  a.elemSize = es;
+  a.spec = specOf(o);
+  a.root = o.root;
+  a.inPlace = inPlaceOf(o, es);
+  a.chunkBytes = comm.chunkBytes();
+  a.rdMaxBytes = comm.rdMaxBytes();
+  a.nodes = &comm.nodeMap();
+  a.sharedMemory = comm.sharedMemory();
+  a.cost = &comm.costModel();
+  if (o.coll == Collective::kAllReduce || o.coll == Collective::kAllGather ||
+      o.coll == Collective::kReduceScatter)
+    a.algo = comm.forcedAlgo();
+  // The balanced plans (algo/balance.h) for large plain all-reduces: a
+  // compressed one (compress/wire.cc) keeps equal segments.
+  if (o.coll == Collective::kAllReduce && o.wire.format == algo::Wire::kRaw &&
+      o.count * es >= algo::kBalanceMinBytes)
+    a.balance = &comm.balance();
+  return a;
+}
+
+// Run-time tuning (core/tuner.h): the setting `o` runs with, when it is a
+// plain collective of a tuned class that runs as a schedule (the one-shot
+// path has nothing to tune). Called in call order by the thread that runs
+// the communicator's operations, under its mutex, for every operation that
+// reaches the executor, grouped or not: every rank assigns the same.
+// Algorithms the model predicts this much slower than its choice are not tried.
+constexpr double kTryWithin = 2.5;
+
+void assignTuning(Comm& comm, Op& o) {
+  o.tune = Tuning();
+  if (!o.raw() || o.count == 0) return;
+  Tuner& tuner = comm.tuner();
+  const size_t bytes = Tuner::vectorBytes(o.coll, o.count, elemSize(o.dt), comm.nranks());
+  if (!tuner.tunes(o.coll, bytes)) return;
+  OneShotOp small;
+  if (oneShotOp(o, &small)) return;
+  o.tune = tuner.next(o.coll, bytes,
+                      [&] { return algo::algorithmCandidates(argsOf(comm, o), kTryWithin); });
 }
 
 // Builds the work of one communicator for the operations of a group.
@@ -197,10 +252,15 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
   }
   std::vector<size_t> scratchOff;
   size_t scratchTotal = 0;
+  // The channels the work's messages leave on: every one unless each
+  // operation's tuned setting names fewer (the most any of them names).
+  int channels = -1;
   for (size_t k = 0; k < ops.size(); ++k) {
     const Op* o = ops[k];
     const size_t es = elemSize(o->dt);
     const size_t bytes = o->count * es;
+    const int mine = o->tune.channels;
+    channels = channels < 0 ? mine : channels == 0 || mine == 0 ? 0 : std::max(channels, mine);
     if (o->coll == Collective::kSend || o->coll == Collective::kRecv) {
       if (bytes == 0) continue;
       const int peer = o->root;
@@ -234,28 +294,9 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
       if (bind) bind->small.push_back(from(k));
       continue;
     }
-    algo::CollArgs a;
-    a.coll = o->coll;
-    a.rank = comm.rank();
-    a.nranks = comm.nranks();
-    a.count = o->count;
-    a.elemSize = es;
-    a.spec = specOf(*o);
-    a.root = o->root;
-    a.inPlace = inPlaceOf(*o, es);
-    a.chunkBytes = chunk;
-    a.rdMaxBytes = comm.rdMaxBytes();
-    a.nodes = &comm.nodeMap();
-    a.sharedMemory = comm.sharedMemory();
-    a.cost = &comm.costModel();
-    if (o->coll == Collective::kAllReduce || o->coll == Collective::kAllGather ||
-        o->coll == Collective::kReduceScatter)
-      a.algo = comm.forcedAlgo();
-    // The balanced plans (algo/balance.h) for large plain all-reduces: a
-    // compressed one (compress/wire.cc) keeps equal segments.
-    if (o->coll == Collective::kAllReduce && o->wire.format == algo::Wire::kRaw &&
-        bytes >= algo::kBalanceMinBytes)
-      a.balance = &comm.balance();
+    algo::CollArgs a = argsOf(comm, *o);
+    if (o->tune.algo >= 0) a.algo = static_cast<algo::CollArgs::Algo>(o->tune.algo);
+    if (o->tune.chunkBytes) a.chunkBytes = o->tune.chunkBytes;
     algo::Schedule s;
     if (o->wire.format == algo::Wire::kSign) {
       s = compress::signAllReduce(a);
@@ -313,6 +354,7 @@ Status buildWork(Comm& comm, const std::vector<const Op*>& ops, Work* w, Binding
                          sb});
   }
   w->schedules[0] = std::move(p2p);
+  w->channels = std::max(channels, 0);
   if (bind) {
     bind->scratchBytes = scratchTotal;
   } else if (scratchTotal) {
@@ -426,9 +468,88 @@ Status agreeBalance(const std::vector<Comm*>& due, const std::vector<uint64_t>& 
     ptrs.push_back(&works[i]);
   }
   TUTTI_RETURN_IF_ERROR(execute(ptrs));
-  for (size_t i = 0; i < due.size(); ++i)
-    if (due[i]->replanBalance(all[i], calls[i])) dropPlans(*due[i]);
+  for (size_t i = 0; i < due.size(); ++i) {
+    bool sharesMoved = false;
+    if (due[i]->replanBalance(all[i], calls[i], &sharesMoved)) dropPlans(*due[i]);
+    // A node turned slow or recovered: the settings tuned before may no
+    // longer be the fastest (a rate or gain that moved alone does not count).
+    if (sharesMoved) due[i]->tuner().restart();
+  }
   return Status::ok();
+}
+
+// Run-time tuning's agreement (core/tuner.h). After a call whose operations
+// ended a stage of their class (Tuning::last), every rank's figures for
+// those stages, one vector per communicator in call order (every rank's
+// has the same layout), are summed over the ranks in one small all-reduce,
+// which the telemetry does not measure; every rank then takes the same
+// decision from the same sums. `ended`: per communicator (locked), its
+// operations that ended a stage.
+Status agreeTuning(const std::vector<Comm*>& comms,
+                   const std::vector<std::vector<const Op*>>& ended) {
+  std::vector<std::vector<double>> sums(comms.size());
+  std::vector<Work> works(comms.size());
+  std::vector<Work*> ptrs;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (ended[i].empty()) continue;
+    for (const Op* o : ended[i]) {
+      const std::vector<double> f = comms[i]->tuner().figures(o->tune);
+      sums[i].insert(sums[i].end(), f.begin(), f.end());
+    }
+    if (sums[i].empty()) continue;
+    Op sum;
+    sum.comm = comms[i];
+    sum.coll = Collective::kAllReduce;
+    sum.send = sum.recv = sums[i].data();
+    sum.count = sums[i].size();
+    sum.dt = ncclFloat64;
+    sum.op = ncclSum;
+    sum.call = ended[i].back()->call;
+    sum.part = true;
+    TUTTI_RETURN_IF_ERROR(buildWork(*comms[i], {&sum}, &works[i]));
+    works[i].measured = false;
+    ptrs.push_back(&works[i]);
+  }
+  if (ptrs.empty()) return Status::ok();
+  TUTTI_RETURN_IF_ERROR(execute(ptrs));
+  for (size_t i = 0; i < comms.size(); ++i) {
+    size_t at = 0;
+    for (const Op* o : ended[i]) {
+      Tuner& tuner = comms[i]->tuner();
+      const size_t n = tuner.figures(o->tune).size();
+      const std::vector<double> mine(sums[i].begin() + at, sums[i].begin() + at + n);
+      at += n;
+      const std::string decided = tuner.decide(o->tune, mine);
+      if (comms[i]->rank() == 0 && !decided.empty()) TUTTI_INFO(log::kTuning, "{}", decided);
+    }
+  }
+  return Status::ok();
+}
+
+// After a call ran: the tuning stages it ended, then the balance re-plan,
+// for each of `comms` (locked; `ops`: each one's operations of the call).
+// `measuredUs`: this rank's time for the call when it was one tuned
+// operation on one communicator (< 0: not measured).
+Status afterCall(const std::vector<Comm*>& comms, const std::vector<const std::vector<Op*>*>& ops,
+                 double measuredUs) {
+  std::vector<std::vector<const Op*>> ended(comms.size());
+  bool anyEnded = false;
+  std::vector<Comm*> due;
+  std::vector<uint64_t> calls;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const std::vector<Op*>& mine = *ops[i];
+    if (measuredUs >= 0 && mine.size() == 1) comms[i]->tuner().record(mine[0]->tune, measuredUs);
+    for (const Op* o : mine)
+      if (o->tune.last) ended[i].push_back(o), anyEnded = true;
+    if (replanCount(*comms[i], mine.data(), mine.size())) {
+      due.push_back(comms[i]);
+      uint64_t call = 0;
+      for (const Op* o : mine) call = std::max(call, o->call);
+      calls.push_back(call);
+    }
+  }
+  if (anyEnded) TUTTI_RETURN_IF_ERROR(agreeTuning(comms, ended));
+  return agreeBalance(due, calls);
 }
 
 // The operation as device_ipc.h takes it.
@@ -497,9 +618,10 @@ struct OpShape {
   int dt = 0, op = 0, root = 0;
   bool inPlace = false;
   algo::ReduceSpec spec;
+  Tuning tune;  // what it runs with (Tuning::sameRun)
   bool operator==(const OpShape& o) const {
     return coll == o.coll && count == o.count && dt == o.dt && op == o.op && root == o.root &&
-           inPlace == o.inPlace && sameSpec(spec, o.spec);
+           inPlace == o.inPlace && sameSpec(spec, o.spec) && tune.sameRun(o.tune);
   }
 };
 
@@ -513,6 +635,7 @@ OpShape shapeOf(const Op& o) {
   s.inPlace =
       o.coll != Collective::kSend && o.coll != Collective::kRecv && inPlaceOf(o, elemSize(o.dt));
   s.spec = specOf(o);
+  s.tune = o.tune;
   return s;
 }
 
@@ -520,7 +643,8 @@ OpShape shapeOf(const Op& o) {
 // reduction's spec follows from the datatype and the operator (on one
 // communicator); a PreMulSum operator's scalar may change between calls.
 bool hasShape(const Op& o, const OpShape& s) {
-  if (o.coll != s.coll || o.count != s.count || o.dt != s.dt || o.op != s.op || o.root != s.root)
+  if (o.coll != s.coll || o.count != s.count || o.dt != s.dt || o.op != s.op || o.root != s.root ||
+      !o.tune.sameRun(s.tune))
     return false;
   if (o.coll != Collective::kSend && o.coll != Collective::kRecv &&
       inPlaceOf(o, elemSize(o.dt)) != s.inPlace)
@@ -866,29 +990,30 @@ RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector
   std::vector<std::unique_ptr<Plan>> uncached(comms.size());
   std::vector<Work*> ptrs;
   for (Work& w : ipc) ptrs.push_back(&w);
+  std::vector<const std::vector<Op*>*> opsOf;
   for (size_t i = 0; i < comms.size(); ++i) {
     log::setThreadRank(comms[i]->rank());
     const std::vector<Op*>& mine = byComm[comms[i]];
+    for (Op* o : mine) assignTuning(*comms[i], *o);
     auto plan = preparePlan(*comms[i], mine.data(), mine.size(), &uncached[i]);
     if (!plan) return {unstage(plan.status()), comms[i]};
     plans[i] = *plan;
     ptrs.push_back(&plans[i]->work);
+    opsOf.push_back(&mine);
   }
+  // One operation on one communicator: its time is the call's (a trial of
+  // run-time tuning is measured).
+  const bool alone = comms.size() == 1 && opsOf[0]->size() == 1 && ipc.empty();
+  const auto t0 = std::chrono::steady_clock::now();
   st = execute(ptrs);
+  const double us =
+      alone
+          ? std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count()
+          : -1;
   if (st) {
-    std::vector<Comm*> due;
-    std::vector<uint64_t> calls;
-    for (size_t i = 0; i < comms.size(); ++i) {
-      const std::vector<Op*>& mine = byComm[comms[i]];
-      unpackPlan(*plans[i], mine.data(), comms[i]->nranks());
-      if (replanCount(*comms[i], mine.data(), mine.size())) {
-        due.push_back(comms[i]);
-        uint64_t call = 0;
-        for (const Op* o : mine) call = std::max(call, o->call);
-        calls.push_back(call);
-      }
-    }
-    st = agreeBalance(due, calls);
+    for (size_t i = 0; i < comms.size(); ++i)
+      unpackPlan(*plans[i], opsOf[i]->data(), comms[i]->nranks());
+    st = afterCall(comms, opsOf, us);
   }
   st = unstage(st);
   if (!st) return ofGroup(st, comms);
@@ -898,17 +1023,25 @@ RunResult runStaged(const std::vector<Comm*>& comms, std::map<Comm*, std::vector
 // One collective outside a group on host memory (no compression, no device
 // IPC): its plan, as a group of one would have it (a repeated call reuses the
 // kept one with this call's buffers), run.
-RunResult runAlone(const Op& op) {
-  Comm& comm = *op.comm;
+RunResult runAlone(const Op& called) {
+  Comm& comm = *called.comm;
   std::lock_guard<std::mutex> lk(comm.mutex());
-  const Op* ops[1] = {&op};
+  Op op = called;
+  assignTuning(comm, op);
+  Op* ops[1] = {&op};
   std::unique_ptr<Plan> uncached;
   auto plan = preparePlan(comm, ops, 1, &uncached);
   if (!plan) {
     comm.recorder().ended(op.rec, false);
     return {plan.status(), &comm};
   }
+  const auto t0 = std::chrono::steady_clock::now();
   Status st = execute((*plan)->ptrs);
+  if (st && op.tune.trial >= 0)
+    comm.tuner().record(
+        op.tune,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  if (st && op.tune.last) st = agreeTuning({&comm}, {{&op}});
   if (st && replanCount(comm, ops, 1)) st = agreeBalance({&comm}, {op.call});
   comm.recorder().ended(op.rec, st.isOk());  // under the mutex (runOne)
   return st ? RunResult{} : ofGroup(st, {&comm});

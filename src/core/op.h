@@ -8,6 +8,7 @@
 
 #include "algo/schedule.h"
 #include "core/backend.h"
+#include "core/tuner.h"
 
 namespace tutti::core {
 
@@ -50,6 +51,9 @@ struct Op {
   float* state = nullptr;
   uint64_t* wireBytes = nullptr;
   Queue stream = nullptr;  // the caller's stream: the backend queue to order with
+  // What it runs with, set by the communicator's Tuner when it runs (a
+  // collective of a tuned class; default: the communicator's settings).
+  Tuning tune;
 
   // A plain operation: exact (no wire format, no counter, no residuals).
   bool raw() const {
