@@ -10,6 +10,7 @@
 #   static     NCCL_ALGO=ring TUTTI_BALANCE=0 (equal segments)
 #   balanced   defaults (balancing on, the algorithm chosen by the cost model)
 #   ring       NCCL_ALGO=ring (balancing on)
+#   untuned    balanced without run-time tuning (TUTTI_TUNE=0)
 # A run's time is the better of tutti-perf's out-of-place and in-place
 # averages. The table gives each mode's runs and median, the median static
 # time over the mode's, and the mode's median over the bound: the slow node
@@ -26,7 +27,7 @@
 #   --slow N          the slow node (2); --slow-rate R2 (250mbit)
 #   --size S          bytes per all-reduce (64M)
 #   --rounds K        rounds (3); --iters N (5); --warmup N (1)
-#   --modes M         comma list of static, balanced, ring (static,balanced,ring)
+#   --modes M         comma list of static, balanced, ring, untuned (static,balanced,ring)
 #   --perf PATH       tutti-perf (default: build/bench/tutti_perf/tutti-perf)
 #   --sim PATH        tutti-sim (default: build/bench/sim/tutti-sim; "none": no prediction)
 #   --out DIR         keep the raw outputs there (default: a temporary directory)
@@ -72,7 +73,7 @@ slow_Bps=$(netns_rate_bytes "$slow_rate") || { echo "run.sh: bad --slow-rate" >&
 size_bytes=$(numfmt --from=iec "$size") || { echo "run.sh: bad --size" >&2; exit 2; }
 IFS=, read -ra mode_list <<<"$modes"
 for m in "${mode_list[@]}"; do
-  [[ $m == static || $m == balanced || $m == ring ]] || {
+  [[ $m == static || $m == balanced || $m == ring || $m == untuned ]] || {
     echo "run.sh: unknown mode '$m'" >&2
     exit 2
   }
@@ -94,6 +95,7 @@ for ((k = 1; k <= rounds; ++k)); do
       static) envs=(env NCCL_ALGO=ring TUTTI_BALANCE=0) ;;
       balanced) envs=(env -u NCCL_ALGO -u TUTTI_BALANCE) ;;
       ring) envs=(env -u TUTTI_BALANCE NCCL_ALGO=ring) ;;
+      untuned) envs=(env -u NCCL_ALGO -u TUTTI_BALANCE TUTTI_TUNE=0) ;;
     esac
     netns_run_ranks "$spec" "${envs[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
       "$perf" all_reduce -b "$size" -e "$size" -n "$iters" -w "$warmup" -c 1 || {
@@ -123,6 +125,7 @@ if [[ $sim != none && -x $sim ]]; then
       static) flags=(--algo ring) ;;
       balanced) flags=(--algo auto --balance) ;;
       ring) flags=(--algo ring --balance) ;;
+      untuned) flags=(--algo auto --balance) ;;
     esac
     "$sim" --layout "$spec" --inter-bw "$(awk -v r="$rate_Bps" 'BEGIN {print r / 1e9}')" \
       --node-bw "$slow:$(awk -v r="$slow_Bps" 'BEGIN {print r / 1e9}')" -b "$size" -e "$size" \
