@@ -179,12 +179,13 @@ for algo in "${row_sets[@]}"; do
     # place), then the same four for in place, then (--compress) the wire
     # ratio. Then the algorithm that ran for each count, from the TUNING lines.
     awk -v algo="$algo" -v noran="$noran" -v wirecol="$((${#compress_list[@]} > 0))" -v bf="$(awk -v w="$world" 'BEGIN {print 2 * (w - 1) / w}')" '
-      # "AllReduce count <n> <type> on <w> ranks: algorithm <a> [(NCCL_ALGO=x[ not applicable])]"
+      # "AllReduce count <n> <type> on <w> ranks: algorithm <a> [(NCCL_ALGO=x[ not applicable])]
+      # [(run-time tuning: a trial|settled)]"
       # (tutti-perf also reduces its timings with count-1 all-reduces: keyed
       # by count and type, they do not mix with the data rows).
       /AllReduce count [0-9]+ [a-z0-9]+ on .*algorithm / {
         c = $0; sub(/.*AllReduce count /, "", c); sub(/ on .*/, "", c)
-        a = $0; sub(/.*algorithm /, "", a)
+        a = $0; sub(/.*algorithm /, "", a); sub(/ \(run-time tuning: .*/, "", a)
         na = (a ~ /not applicable/)
         sub(/ \(NCCL_ALGO=.*/, "", a)
         if (na) a = a "(forced n/a)"

@@ -517,9 +517,9 @@ Status agreeTuning(const std::vector<Comm*>& comms,
     for (const Op* o : ended[i]) {
       Tuner& tuner = comms[i]->tuner();
       const size_t n = tuner.figures(o->tune).size();
-      const std::vector<double> mine(sums[i].begin() + at, sums[i].begin() + at + n);
+      const std::vector<double> stage(sums[i].begin() + at, sums[i].begin() + at + n);
       at += n;
-      const std::string decided = tuner.decide(o->tune, mine);
+      const std::string decided = tuner.decide(o->tune, stage);
       if (comms[i]->rank() == 0 && !decided.empty()) TUTTI_INFO(log::kTuning, "{}", decided);
     }
   }

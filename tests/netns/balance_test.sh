@@ -41,7 +41,7 @@ for balance in 1 0; do
   log=$NETNS_RUN_DIR/rank0.log
   plan=$(grep -h "NCCL INFO balance: " "$log" | sed 's/.*NCCL INFO //' || true)
   algos=$(grep -h "AllReduce count 1048576 float on 4 ranks: algorithm" "$log" |
-    sed 's/.*algorithm //' | sort | uniq -c || true)
+    sed 's/.*algorithm //; s/ (run-time tuning: [a-z ]*)$//' | sort | uniq -c || true)
   echo "TUTTI_BALANCE=$balance: ${plan:-no plan line}"
   echo "  4 MiB all-reduces ran as: ${algos:-nothing logged}"
   if ((balance)); then

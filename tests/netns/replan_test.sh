@@ -40,7 +40,12 @@ NETNS_SHOW=0 NETNS_TIMEOUT=${NETNS_TIMEOUT:-300} netns_run_ranks 1,1,1,1 \
   "$perf" all_reduce -c 1 -b 4M -e 4M -n 1 -w 0 -N "$rows" >"$NETNS_WORKDIR/run.out" 2>&1 &
 runner=$!
 
-rowsDone() { grep -cE '^ +[0-9]+ +[0-9]+ +float ' "$log" 2>/dev/null || true; }
+# (0 before the log exists.)
+rowsDone() {
+  local n
+  n=$(grep -cE '^ +[0-9]+ +[0-9]+ +float ' "$log" 2>/dev/null) || true
+  echo "${n:-0}"
+}
 replans() { grep -h "NCCL INFO balance: re-planned" "$log" 2>/dev/null | sed 's/.*NCCL INFO //' || true; }
 # Waits until `cond` holds or the run ends; false when the run ended first.
 waitFor() {
