@@ -17,6 +17,8 @@
 #   --coll C          all_reduce, all_gather or reduce_scatter (all_reduce)
 #   --np N            local ranks (4)
 #   --tcp             NCCL_SHM_DISABLE=1 (ranks talk over loopback TCP)
+#   --links SPEC      with --tcp: emulated link rates, TUTTI_TEST_LINK_MBPS
+#                     (from:to:MBps,...; a test hook: token buckets per link)
 #   -b B, -e E        sizes, doubling (1M, 64M)
 #   --rounds K        rounds (3); --iters N (10); --warmup N (24)
 #   --perf PATH       tutti-perf (default: build/bench/tutti_perf/tutti-perf)
@@ -25,13 +27,14 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-coll=all_reduce np=4 tcp=0 begin=1M end=64M rounds=3 iters=10 warmup=24
+coll=all_reduce np=4 tcp=0 links='' begin=1M end=64M rounds=3 iters=10 warmup=24
 perf=$root/build/bench/tutti_perf/tutti-perf out=''
 while (($# > 0)); do
   case $1 in
     --coll) coll=$2; shift 2 ;;
     --np) np=$2; shift 2 ;;
     --tcp) tcp=1; shift ;;
+    --links) links=$2; shift 2 ;;
     -b) begin=$2; shift 2 ;;
     -e) end=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
@@ -39,7 +42,7 @@ while (($# > 0)); do
     --warmup) warmup=$2; shift 2 ;;
     --perf) perf=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,14 +51,14 @@ done
 mkdir -p "$out"
 
 echo "# run-time tuning: $coll on $np local ranks over $( ((tcp)) && echo tcp || echo shared memory)," \
-  "$begin..$end, -n $iters -w $warmup, $rounds rounds; $(nproc) CPUs; $(date -u +%F)"
+  "${links:+links $links MB/s, }$begin..$end, -n $iters -w $warmup, $rounds rounds; $(nproc) CPUs; $(date -u +%F)"
 times="$out/times.tsv"
 : >"$times"
 for ((k = 1; k <= rounds; ++k)); do
   for m in off on; do
     log="$out/$m.$k.log"
     tune=$([[ $m == off ]] && echo 0 || echo 1)
-    env TUTTI_TUNE="$tune" NCCL_SHM_DISABLE="$tcp" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
+    env TUTTI_TUNE="$tune" NCCL_SHM_DISABLE="$tcp" ${links:+TUTTI_TEST_LINK_MBPS=$links} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
       "$perf" "$coll" -b "$begin" -e "$end" -f 2 -n "$iters" -w "$warmup" -c 1 --np "$np" \
       >"$log" 2>&1 || { echo "run.sh: tutti-perf failed ($m, round $k): $log" >&2; tail -5 "$log" >&2; exit 1; }
     # size, the better of out-of-place and in-place time (us); #wrong must be 0.

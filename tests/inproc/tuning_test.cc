@@ -50,8 +50,8 @@ int settledAlgorithm(const std::vector<std::pair<const char*, const char*>>& var
 
 // Rabenseifner's exchanges with ranks r^1 and r^2; the ring with r+-1. Links
 // 0-2 and 1-3 slowed (both ways) slow only Rabenseifner's; links 1-2 and 3-0
-// only the ring's. Unlisted links are not limited. 2 candidates, 2 trials
-// each: settled after 4 calls.
+// only the ring's. Unlisted links are not limited. 2 candidates, kTrials
+// each: settled after 2 kTrials calls.
 constexpr const char* kSlowFarPairs = "0:2:10,2:0:10,1:3:10,3:1:10";
 constexpr const char* kSlowRingEdges = "1:2:10,2:1:10,3:0:10,0:3:10";
 
@@ -61,13 +61,13 @@ TEST(Tuning, TheAlgorithmFollowsTheMeasuredNetwork) {
   EXPECT_EQ(settledAlgorithm({{"NCCL_SHM_DISABLE", "1"},
                               {"TUTTI_TUNE", "algo"},
                               {"TUTTI_TEST_LINK_MBPS", kSlowFarPairs}},
-                             6),
+                             2 * core::Tuner::kTrials),
             ring)
       << "Rabenseifner's crosses the slow links: the ring must win";
   EXPECT_EQ(settledAlgorithm({{"NCCL_SHM_DISABLE", "1"},
                               {"TUTTI_TUNE", "algo"},
                               {"TUTTI_TEST_LINK_MBPS", kSlowRingEdges}},
-                             6),
+                             2 * core::Tuner::kTrials),
             rab)
       << "the ring crosses the slow links: Rabenseifner's must stay";
 }
@@ -90,8 +90,8 @@ TEST(Tuning, OffOrForcedLeavesTheChoiceAlone) {
   }
 }
 
-// Only the channels tune (2, then 1, in turn, twice): the calls that try
-// one channel send nothing on channel 1, those that try two use it, and
+// Only the channels tune (2, then 1, in turn, kTrials times): the calls that
+// try one channel send nothing on channel 1, those that try two use it, and
 // every call stays exact. Then the class runs what it settled on. Channel 0
 // may start a message only every 5 ms (TUTTI_TEST_THROTTLE), so that a
 // call with two channels cannot leave channel 1 idle (over loopback TCP
@@ -99,12 +99,13 @@ TEST(Tuning, OffOrForcedLeavesTheChoiceAlone) {
 TEST(Tuning, ATunedChannelCountIsWhatTheMessagesUse) {
   Env env(
       {{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_TUNE", "channels"}, {"TUTTI_TEST_THROTTLE", "0:5000"}});
+  constexpr int kTrialCalls = 2 * core::Tuner::kTrials, kCalls = kTrialCalls + 4;
   std::vector<std::vector<uint64_t>> onChannel1(kRanks);  // per call
   std::vector<int> settled(kRanks, -1);
   runRanks(kRanks, [&](int r, ncclComm_t comm) {
     core::Comm& c = *comm->impl();
     ASSERT_EQ(c.nChannels(), 2);
-    for (int k = 0; k < 8; ++k) {
+    for (int k = 0; k < kCalls; ++k) {
       const uint64_t before = c.channelMessages()[1];
       allReduce(r, comm, k);
       onChannel1[r].push_back(c.channelMessages()[1] - before);
@@ -116,10 +117,10 @@ TEST(Tuning, ATunedChannelCountIsWhatTheMessagesUse) {
   uint64_t twoChannelCalls = 0;
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(settled[r], settled[0]) << "rank " << r;
-    EXPECT_EQ(onChannel1[r][1], 0u) << "rank " << r << ": call 1 tried one channel";
-    EXPECT_EQ(onChannel1[r][3], 0u) << "rank " << r << ": call 3 tried one channel";
-    twoChannelCalls += onChannel1[r][0] + onChannel1[r][2];
-    for (int k = 4; k < 8 && settled[0] == 1; ++k)
+    for (int k = 1; k < kTrialCalls; k += 2)
+      EXPECT_EQ(onChannel1[r][k], 0u) << "rank " << r << ": call " << k << " tried one channel";
+    for (int k = 0; k < kTrialCalls; k += 2) twoChannelCalls += onChannel1[r][k];
+    for (int k = kTrialCalls; k < kCalls && settled[0] == 1; ++k)
       EXPECT_EQ(onChannel1[r][k], 0u) << "rank " << r << " call " << k;
   }
   EXPECT_GT(twoChannelCalls, 0u) << "the calls that tried two channels never used channel 1";
@@ -133,8 +134,8 @@ TEST(Tuning, ATunedChannelCountIsWhatTheMessagesUse) {
 // shares, which starts tuning again.)
 TEST(Tuning, EveryKnobAndCollectiveSettlesAlikeWithExactValues) {
   Env env({{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_TEST_NODES", "2,2"}, {"TUTTI_BALANCE", "0"}});
-  constexpr int kCalls = 22;  // more than any class needs (at most 4 algorithms, 2 channel counts,
-                              // 3 chunks, 2 trials each)
+  // More than any class needs: at most 4 algorithms, 2 channel counts and 3 chunks.
+  constexpr int kCalls = (4 + 2 + 3) * core::Tuner::kTrials + 1;
   constexpr size_t kBlock = 256 << 10;  // int32 per rank: 1 MiB blocks, 4 MiB vectors
   std::vector<std::vector<core::Tuning>> settled(kRanks);
   runRanks(kRanks, [&](int r, ncclComm_t comm) {
