@@ -65,7 +65,7 @@ RUN=(
   "docs/performance.md|bash bench/net/run.sh --reps 1 -e 1M"
   "docs/performance.md|bash bench/balance/run.sh --rounds 1 --size 4M --rate 100mbit --slow-rate 25mbit --iters 1 --warmup 0"
   "docs/performance.md|bash bench/balance/follow.sh --rate 100mbit --slow-rate 25mbit --size 4M --rows 8 --slow-at 4 --back-at 8"
-  "docs/performance.md|bash bench/tune/run.sh --np 2 -b 1M -e 2M --rounds 1 --iters 2 --warmup 12"
+  "docs/performance.md|bash bench/tune/run.sh --np 2 -b 1M -e 2M --rounds 1 --iters 2 --warmup 20"
   "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M"
   "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M --balance"
   "docs/transports.md|NCCL_SHM_DISABLE=1 TUTTI_NET=ucx UCX_TLS=tcp build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
