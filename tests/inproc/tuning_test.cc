@@ -5,6 +5,7 @@
 // its way to the faster algorithm on every rank alike; values stay exact
 // through the trials; a tuned channel count is what the messages use; and
 // TUTTI_TUNE=0 or NCCL_ALGO leave the choice to the cost model or the user.
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,38 @@ TEST(Tuning, EveryKnobAndCollectiveSettlesAlikeWithExactValues) {
   for (int r = 1; r < kRanks; ++r)
     for (size_t i = 0; i < settled[0].size(); ++i)
       EXPECT_TRUE(settled[r][i].sameRun(settled[0][i])) << "rank " << r << " class " << i;
+}
+
+// The contract's numerics: the channels and the chunk size never change a
+// result. Only those two tune here (the algorithm is the cost model's, the
+// same every call); a float32 sum of values whose rounding depends on the
+// order of the additions must come out bit for bit the same in every call,
+// trials and settled alike, on every rank.
+TEST(Tuning, ChannelsAndChunksLeaveFloatSumsBitIdentical) {
+  Env env({{"NCCL_SHM_DISABLE", "1"}, {"TUTTI_TUNE", "channels,chunk"}});
+  constexpr int kCalls = (2 + 3) * core::Tuner::kTrials + 2;
+  std::vector<std::vector<float>> first(kRanks);
+  runRanks(kRanks, [&](int r, ncclComm_t comm) {
+    std::vector<float> in(kCount), out(kCount);
+    for (size_t i = 0; i < kCount; ++i)
+      in[i] = static_cast<float>((r + 1) * 1.0e7 / static_cast<double>(i % 9973 + 1)) +
+              static_cast<float>(i % 7) * 0.1f;
+    for (int k = 0; k < kCalls; ++k) {
+      ASSERT_EQ(ncclAllReduce(in.data(), out.data(), kCount, ncclFloat32, ncclSum, comm, nullptr),
+                ncclSuccess)
+          << ncclGetLastError(comm);
+      if (k == 0) {
+        first[r] = out;
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(out.data(), first[r].data(), kCount * sizeof(float)), 0)
+          << "rank " << r << ": call " << k << " differs from call 0";
+    }
+    EXPECT_TRUE(comm->impl()->tuner().settled(Collective::kAllReduce, kBytes)) << "rank " << r;
+  });
+  for (int r = 1; r < kRanks; ++r)
+    EXPECT_EQ(std::memcmp(first[r].data(), first[0].data(), kCount * sizeof(float)), 0)
+        << "rank " << r;
 }
 
 }  // namespace
