@@ -371,6 +371,24 @@ RunResult ofGroup(const Status& st, const std::vector<Comm*>& comms) {
   return {st, comms[0]};
 }
 
+// A small collective tutti runs itself between the caller's operations (the
+// fp16 scale probe, the balance gather, the tuning sums): part of call
+// `call` on `comm`, so that its fingerprint names that call on every rank.
+Op partOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count, int dt, int op,
+          uint64_t call) {
+  Op o;
+  o.comm = &comm;
+  o.coll = coll;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  o.call = call;
+  o.part = true;
+  return o;
+}
+
 // fp16 compression scales by a power of two chosen from the largest
 // magnitude over all ranks: one small max all-reduce (all the group's
 // compressed operations of a communicator in one vector) before the group
@@ -394,15 +412,9 @@ Status agreeScales(const std::vector<Comm*>& comms, std::map<Comm*, std::vector<
   works.reserve(comms.size());
   for (size_t i = 0; i < comms.size(); ++i) {
     if (maxima[i].empty()) continue;
-    Op probe;
-    probe.comm = comms[i];
-    probe.coll = Collective::kAllReduce;
-    probe.send = probe.recv = maxima[i].data();
-    probe.count = maxima[i].size();
-    probe.dt = ncclFloat32;
-    probe.op = ncclMax;
-    probe.call = scaled[i][0]->call;  // every rank agrees the scales of the same calls
-    probe.part = true;
+    // Every rank agrees the scales of the same calls.
+    const Op probe = partOp(*comms[i], Collective::kAllReduce, maxima[i].data(), maxima[i].data(),
+                            maxima[i].size(), ncclFloat32, ncclMax, scaled[i][0]->call);
     works.emplace_back();
     TUTTI_RETURN_IF_ERROR(buildWork(*comms[i], {&probe}, &works.back()));
   }
@@ -454,15 +466,8 @@ Status agreeBalance(const std::vector<Comm*>& due, const std::vector<uint64_t>& 
   for (size_t i = 0; i < due.size(); ++i) {
     mine[i] = due[i]->telemetry().nextNodeLoad();
     all[i].resize(due[i]->nranks());
-    Op gather;
-    gather.comm = due[i];
-    gather.coll = Collective::kAllGather;
-    gather.send = &mine[i];
-    gather.recv = all[i].data();
-    gather.count = 3;
-    gather.dt = ncclUint64;
-    gather.call = calls[i];
-    gather.part = true;
+    const Op gather = partOp(*due[i], Collective::kAllGather, &mine[i], all[i].data(), 3,
+                             ncclUint64, 0, calls[i]);
     TUTTI_RETURN_IF_ERROR(buildWork(*due[i], {&gather}, &works[i]));
     works[i].measured = false;
     ptrs.push_back(&works[i]);
@@ -497,15 +502,8 @@ Status agreeTuning(const std::vector<Comm*>& comms,
       sums[i].insert(sums[i].end(), f.begin(), f.end());
     }
     if (sums[i].empty()) continue;
-    Op sum;
-    sum.comm = comms[i];
-    sum.coll = Collective::kAllReduce;
-    sum.send = sum.recv = sums[i].data();
-    sum.count = sums[i].size();
-    sum.dt = ncclFloat64;
-    sum.op = ncclSum;
-    sum.call = ended[i].back()->call;
-    sum.part = true;
+    const Op sum = partOp(*comms[i], Collective::kAllReduce, sums[i].data(), sums[i].data(),
+                          sums[i].size(), ncclFloat64, ncclSum, ended[i].back()->call);
     TUTTI_RETURN_IF_ERROR(buildWork(*comms[i], {&sum}, &works[i]));
     works[i].measured = false;
     ptrs.push_back(&works[i]);
