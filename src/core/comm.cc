@@ -1015,13 +1015,16 @@ void Comm::abort() {
   // peers on this host, the arena state (one atomic word in shared memory,
   // safe from any thread): a peer waiting on this rank ends at once, saying
   // that this rank was aborted, instead of at its next 100 ms check.
+  // The arena first: whatever this rank does once it sees the flag (its
+  // executor failing the operation, its failure notice) comes after the
+  // mark, so a peer that observes it and then reads the arena finds the
+  // abort there, not this rank's notice ("gave up ...: communicator
+  // aborted"), which peers on other hosts still get.
+  if (ipc_) ipc_->markAborted();
+  if (oneShot_) oneShot_->markAborted();
   abort_->store(true);
   if (Engine* e = engineSeen_.load(std::memory_order_acquire)) e->interrupt();
-  if (ipc_) ipc_->markAborted();
-  if (oneShot_) {
-    oneShot_->markAborted();
-    oneShot_->wake();  // a thread asleep on this rank's doorbell
-  }
+  if (oneShot_) oneShot_->wake();  // a thread asleep on this rank's doorbell
   // An abort of a communicator that still waits (a watchdog's, say) is the
   // moment to say on what.
   for (const auto& e : recorder_.entries())
@@ -1159,7 +1162,8 @@ Status Comm::noticeFrom(int peer) {
 
 Status Comm::explainPeerFailure(int peer, const Status& observed, std::chrono::milliseconds wait) {
   if (!bootstrap_ || peer < 0 || peer >= nranks_ || peer == rank_) return observed;
-  // An aborted peer on this host says so in the arena, and sends no notice.
+  // An aborted peer on this host says so in the arena (read before its
+  // notice, which says no more than "communicator aborted").
   if ((oneShot_ && oneShot_->peerAborted(peer)) || (ipc_ && ipc_->peerAborted(peer)))
     return peerAbortedError(peer, ": " + observed.message(), observed.code());
   auto got = bootstrap_->recvUntil(peer, kFailureNoticeTag, std::chrono::steady_clock::now() + wait,

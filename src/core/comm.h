@@ -346,9 +346,10 @@ class Comm {
   // its connections open until its communicator is destroyed).
   Status noticeFrom(int peer);
   // The one wording of "peer aborted": `detail` says what this rank was doing
-  // ("while this rank waited for it in ..."); an aborted rank sends no notice,
-  // so this is the root cause as it stands. kRemoteError unless `code` says
-  // otherwise (the code of what this rank observed).
+  // ("while this rank waited for it in ..."); the arena is read before any
+  // notice (an aborted rank's executor may send one that says only
+  // "communicator aborted"), so this is the root cause as it stands. kRemoteError unless `code`
+  // says otherwise (the code of what this rank observed).
   Status peerAbortedError(int peer, std::string_view detail, Code code = Code::kRemoteError) const;
 
  private:

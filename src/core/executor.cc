@@ -710,8 +710,13 @@ Status Run::pass(bool* progress, bool alone) {
 
 Status Run::checkStalled(Clock::time_point lastProgress) {
   // (An abort is seen by pass(), which runs before every stall check.)
-  // A peer this run needs gave up (its notice came over the bootstrap): its
-  // messages will never come, whatever the transport.
+  // A peer this run needs was aborted (the arena says so; read first: an
+  // aborted peer's own executor may also have sent a notice), or gave up
+  // (its notice came over the bootstrap): its messages will never come,
+  // whatever the transport.
+  for (const auto& p : peers_)
+    if ((p.recvsLeft || p.sendsLeft) && c_->oneShot() && c_->oneShot()->peerAborted(p.peer))
+      return c_->peerAbortedError(p.peer, " while this rank waited for it");
   for (const auto& p : peers_)
     if (p.recvsLeft || p.sendsLeft) TUTTI_RETURN_IF_ERROR(c_->noticeFrom(p.peer));
   // A peer that took the one-shot path for a call this run makes as a
@@ -746,10 +751,7 @@ Status Run::checkStalled(Clock::time_point lastProgress) {
       if (Clock::now() - lastProgress > std::chrono::seconds(1))
         return peerFailure(p, p.closedStatus, nullptr);
     }
-    // A peer that was aborted, failed or left says so in the arena.
-    // (No root-cause lookup: an aborted rank sends no failure notice.)
-    if (c_->oneShot() && c_->oneShot()->peerAborted(p.peer))
-      return c_->peerAbortedError(p.peer, " while this rank waited for it");
+    // A peer that failed or left says so in the arena.
     if (c_->oneShot() && c_->oneShot()->peerGone(p.peer) &&
         Clock::now() - lastProgress > std::chrono::milliseconds(200))
       return peerFailure(

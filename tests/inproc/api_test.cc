@@ -445,8 +445,8 @@ TEST(Faults, AbortEndsAnOperationThatIsMakingProgress) {
 }
 
 // Over shared memory the peer of an aborted rank is told so (the node arena
-// carries it: an aborted rank sends no failure notice), whatever it was
-// waiting in when the abort came.
+// carries it, and is read before the aborted rank's own failure notice),
+// whatever it was waiting in when the abort came.
 TEST(Faults, PeerOfAnAbortedRankIsToldItWasAborted) {
   Env env({std::make_pair("NCCL_SHM_DISABLE", "0")});
   const AbortedAllReduce run = abortDuringLargeAllReduce();
