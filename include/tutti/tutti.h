@@ -169,6 +169,21 @@ ncclResult_t tuttiCompressorGetStats(tuttiCompressor_t compressor,
  * New declarations go below this comment; existing ones never change.
  */
 
+/* Receive from any source (MPI's MPI_ANY_SOURCE): ncclRecv from whichever
+ * rank's point-to-point message to this rank comes first, written into
+ * *peer once the receive runs (on return, for host memory and a NULL
+ * stream; else when the stream has reached it). Messages are still matched
+ * in order per pair: the receive takes the first rank whose next
+ * send/receive group towards this rank is under way, and consumes exactly
+ * one message of `count` elements from it, as ncclRecv(..., *peer, ...)
+ * would (a different size is an error naming both). Its own call, never
+ * inside a group (ncclInvalidUsage); count > 0 (a zero-length send sends
+ * no message); ncclInvalidArgument for a NULL peer. It waits up to
+ * TUTTI_TIMEOUT, and ends with an error on ncclCommAbort, on a peer's
+ * failure, or when every other rank has destroyed its communicator. */
+ncclResult_t tuttiRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int* peer,
+                          ncclComm_t comm, cudaStream_t stream);
+
 /* Whom the communicator's running operation waits for, as this rank sees it:
  * the ranks it still expects messages from or still sends to, once the
  * operation has made no progress for 100 ms (until then, and when nothing

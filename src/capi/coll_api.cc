@@ -32,50 +32,31 @@ ncclComm* handleOf(const core::Comm* impl, const std::vector<ncclComm*>& handles
 
 ncclResult_t checkAndRun(const char* fn, Collective coll, const void* send, void* recv,
                          size_t count, int dt, int op, int root, ncclComm_t comm,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int* source = nullptr) {
   ncclResult_t rc = checkComm(comm, fn);
   if (rc != ncclSuccess) return rc;
   if ((rc = checkDtype(dt, fn, comm)) != ncclSuccess) return rc;
   if (core::isReducing(coll) &&
       (rc = fromStatus(comm->impl()->checkRedOp(op, dt).withContext(fn), comm)) != ncclSuccess)
     return rc;
-  const int n = comm->nranks(), r = comm->rank();
-  bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce ||
-                coll == Collective::kGather || coll == Collective::kScatter;
-  bool p2p = coll == Collective::kSend || coll == Collective::kRecv;
-  if ((rooted || p2p) && (root < 0 || root >= n))
-    return fail(ncclInvalidArgument,
-                fmt::format("{}: invalid {} {} (communicator has {} ranks)", fn,
-                            p2p ? "peer" : "root", root, n),
+  if ((rc = fromStatus(
+           core::checkCall(*comm->impl(), coll, send, recv, count, dt, root).withContext(fn),
+           comm)) != ncclSuccess)
+    return rc;
+  if (root == core::Op::kAnySource && (!source || !count || capi::threadGroup().depth > 0))
+    return fail(!source || !count ? ncclInvalidArgument : ncclInvalidUsage,
+                std::string(fn) + (!source  ? ": peer is NULL"
+                                   : !count ? ": count 0 (a zero-length send carries no message)"
+                                            : ": not inside a group (its peer is known only when "
+                                              "it runs)"),
                 comm);
-  size_t es = tutti::dataTypeSize(static_cast<tutti::DataType>(dt));
-  size_t factor =
-      (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
-       coll == Collective::kAllToAll || coll == Collective::kGather || coll == Collective::kScatter)
-          ? static_cast<size_t>(n)
-          : 1;
-  // (Multiplications, not divisions: two 64-bit divisions were a third of
-  // this function's time in a group of small calls.)
-  size_t unitBytes = 0, totalBytes = 0;
-  if (__builtin_mul_overflow(es, factor, &unitBytes) ||
-      __builtin_mul_overflow(count, unitBytes, &totalBytes))
-    return fail(ncclInvalidArgument,
-                fmt::format("{}: count {} overflows the address space", fn, count), comm);
-  if (count > 0) {
-    // The buffers this rank uses (a broadcast's non-root sends nothing, ...).
-    size_t sendBytes = 0, recvBytes = 0;
-    core::ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
-    if (sendBytes && !send)
-      return fail(ncclInvalidArgument, std::string(fn) + ": sendbuff is NULL", comm);
-    if (recvBytes && !recv)
-      return fail(ncclInvalidArgument, std::string(fn) + ": recvbuff is NULL", comm);
-  }
   TUTTI_INFO(tutti::log::kColl,
              "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,
-             static_cast<void*>(comm), n);
-  const core::Op o = core::apiOp(*comm->impl(), coll, send, recv, count, dt, op, root,
-                                 reinterpret_cast<core::Queue>(stream));
+             static_cast<void*>(comm), comm->nranks());
+  core::Op o = core::apiOp(*comm->impl(), coll, send, recv, count, dt, op, root,
+                           reinterpret_cast<core::Queue>(stream));
+  o.source = source;
   capi::GroupState& group = capi::threadGroup();
   if (group.depth > 0) {
     group.ops.push_back(o);
@@ -89,8 +70,9 @@ ncclResult_t checkAndRun(const char* fn, Collective coll, const void* send, void
 
 // A call refused inside a group fails the whole group (groupEndImpl).
 ncclResult_t collective(const char* fn, Collective coll, const void* send, void* recv, size_t count,
-                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream) {
-  ncclResult_t rc = checkAndRun(fn, coll, send, recv, count, dt, op, root, comm, stream);
+                        int dt, int op, int root, ncclComm_t comm, cudaStream_t stream,
+                        int* source = nullptr) {
+  ncclResult_t rc = checkAndRun(fn, coll, send, recv, count, dt, op, root, comm, stream, source);
   capi::GroupState& g = capi::threadGroup();
   if (rc == ncclSuccess || rc == ncclInProgress || g.depth == 0) return rc;
   if (g.refusedWhy.empty()) g.refusedWhy = capi::lastError(nullptr);
@@ -253,6 +235,14 @@ TUTTI_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dat
   });
 }
 TUTTI_PNCCL(ncclRecv)
+
+TUTTI_API ncclResult_t tuttiRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    int* peer, ncclComm_t comm, cudaStream_t stream) {
+  return guard("tuttiRecvAny", [&] {
+    return collective("tuttiRecvAny", Collective::kRecv, nullptr, recvbuff, count,
+                      rawEnum(datatype), ncclSum, core::Op::kAnySource, comm, stream, peer);
+  });
+}
 
 TUTTI_API ncclResult_t ncclGroupStart() {
   capi::threadGroup().depth++;

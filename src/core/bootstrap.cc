@@ -837,6 +837,12 @@ Status Bootstrap::gaveUpLocked(int peer) const {
                                                     why.size())));
 }
 
+bool Bootstrap::pending(int peer, uint64_t tag) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = mailbox_.find({peer, tag});
+  return it != mailbox_.end() && !it->second.empty();
+}
+
 Status Bootstrap::gaveUp(int peer) {
   if (peer < 0 || peer >= nranks_) return Status::ok();
   {

@@ -154,6 +154,14 @@ inline constexpr uint64_t kFailureNoticeTag = 5ull << 60;
 // waits are left alone: a communicator in error state may still split.)
 inline constexpr uint64_t kConnectTagBase = 1ull << 62;
 inline bool isConnectTag(uint64_t tag) { return (tag >> 62) == 1 && tag != kFailureNoticeTag; }
+// The tag of channel `ch`'s handshake between ranks lo < hi (steps below
+// 16 added); channel kHelloChannel is no channel: the message each side
+// sends before its handshakes, by which a rank waiting for a message from
+// any rank (Comm::awaitAnySource) sees that a peer wants to connect.
+inline constexpr uint64_t kHelloChannel = 1023;
+inline uint64_t connectTag(uint64_t lo, uint64_t hi, uint64_t ch) {
+  return kConnectTagBase | (lo << 38) | (hi << 14) | (ch << 4);
+}
 
 class Bootstrap : public transport::ControlChannel {
  public:
@@ -169,6 +177,8 @@ class Bootstrap : public transport::ControlChannel {
   // Comm::noticeFrom): its reason as an error; or `peer` is on this host and
   // its process is gone.
   Status gaveUp(int peer) override;
+  // Whether a message from `peer` with `tag` waits in the mailbox (it stays there).
+  bool pending(int peer, uint64_t tag);
   // send() with its own deadline (best-effort notices to peers that may be gone).
   Status sendUntil(int peer, uint64_t tag, const void* data, size_t bytes,
                    net::Clock::time_point deadline);

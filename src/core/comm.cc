@@ -958,6 +958,10 @@ Status Comm::connectPair(int peer) {
     testLinks_.resize(nranks_);
     testLinks_[peer] = link;
   }
+  // Best effort (the handshakes report a peer that cannot be reached): a
+  // peer waiting in awaitAnySource connects when it sees this.
+  const uint64_t hello = connectTag(std::min(rank_, peer), std::max(rank_, peer), kHelloChannel);
+  (void)bootstrap_->sendUntil(peer, hello, nullptr, 0, bootstrap_->deadline());
   for (int ch = 0; ch < nChannels_; ++ch) {
     transport::ConnectContext ctx;
     ctx.rank = rank_;
@@ -971,8 +975,7 @@ Status Comm::connectPair(int peer) {
     ctx.control = bootstrap_.get();
     ctx.deadline = bootstrap_->deadline();
     ctx.abortFlag = abort_;
-    uint64_t lo = std::min(rank_, peer), hi = std::max(rank_, peer);
-    ctx.tagBase = kConnectTagBase | (lo << 38) | (hi << 14) | (static_cast<uint64_t>(ch) << 4);
+    ctx.tagBase = connectTag(std::min(rank_, peer), std::max(rank_, peer), ch);
     if (oneShot_) ctx.peerBell = oneShot_->bell(peer);  // all on one host
     if (homeNuma_ >= 0)
       ctx.placeNear = [node = homeNuma_](void* p, size_t bytes) {
@@ -995,6 +998,9 @@ Status Comm::connectPair(int peer) {
   }
   TUTTI_INFO(log::kInit | log::kNet, "rank {} -> rank {} via {} ({}, {} channels)", rank_, peer,
              t->name(), describePeer(peer), nChannels_);
+  // The peer's hello, when it has come: read, so that the mailbox does not
+  // keep it (one that comes later stays, at most one per pair).
+  (void)bootstrap_->recvUntil(peer, hello, std::chrono::steady_clock::now(), nullptr);
   return Status::ok();
 }
 

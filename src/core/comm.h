@@ -115,6 +115,13 @@ class Comm {
 
   // Connects to `peers` on every channel (no-op for those already connected).
   Status ensureConnected(const std::vector<int>& peers);
+  // A receive from any source (Op::kAnySource), under mutex() where the
+  // communicator's operations run: waits for the first peer whose next
+  // operation towards this rank is point-to-point (its message header read
+  // and left for the receive that follows) and returns it. Connects to a
+  // peer that starts connecting to this rank meanwhile. Fails on abort,
+  // revoke, a peer's failure, TUTTI_TIMEOUT, or when no peer is left.
+  Result<int> awaitAnySource();
   Channel& channel(int peer, int ch) { return channels_[peer][ch]; }
   const char* transportName(int peer) const;
   // Operation numbers per peer and direction: the k-th operation that sends

@@ -40,6 +40,8 @@ std::string opText(int op) {
 // "AllReduce of 1048576 x float sum (collective call 7)".
 std::string describe(const FlightRecorder::Entry& e) {
   const char* type = dataTypeName(static_cast<DataType>(e.dt));
+  if (isP2p(e.coll) && e.root < 0)
+    return fmt::format("{} of {} x {} from any rank", algo::collectiveName(e.coll), e.count, type);
   if (isP2p(e.coll))
     return fmt::format("{} of {} x {} {} rank {}", algo::collectiveName(e.coll), e.count, type,
                        e.coll == algo::Collective::kSend ? "to" : "from", e.root);

@@ -1081,6 +1081,38 @@ Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count
   return o;
 }
 
+Status checkCall(const Comm& comm, Collective coll, const void* send, const void* recv,
+                 size_t count, int dt, int root) {
+  const int n = comm.nranks(), r = comm.rank();
+  const bool p2p = coll == Collective::kSend || coll == Collective::kRecv;
+  const bool any = coll == Collective::kRecv && root == Op::kAnySource;
+  if ((algo::isRooted(coll) || p2p) && !any && (root < 0 || root >= n))
+    return invalidArgument(
+        fmt::format("invalid {} {} (communicator has {} ranks)", p2p ? "peer" : "root", root, n));
+  if (any && n == 1)
+    return invalidUsage(
+        "a receive from any source on a communicator of one rank: no rank can send");
+  const size_t es = dataTypeSize(static_cast<DataType>(dt));
+  const size_t factor =
+      (coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
+       coll == Collective::kAllToAll || coll == Collective::kGather || coll == Collective::kScatter)
+          ? static_cast<size_t>(n)
+          : 1;
+  // (Multiplications, not divisions: two 64-bit divisions were a third of
+  // the API's time in a group of small calls.)
+  size_t unitBytes = 0, totalBytes = 0;
+  if (__builtin_mul_overflow(es, factor, &unitBytes) ||
+      __builtin_mul_overflow(count, unitBytes, &totalBytes))
+    return invalidArgument(fmt::format("count {} overflows the address space", count));
+  if (count == 0) return Status::ok();
+  // The buffers this rank uses (a broadcast's non-root sends nothing, ...).
+  size_t sendBytes = 0, recvBytes = 0;
+  ioBytes(coll, count, es, r, n, root, &sendBytes, &recvBytes);
+  if (sendBytes && !send) return invalidArgument("sendbuff is NULL");
+  if (recvBytes && !recv) return invalidArgument("recvbuff is NULL");
+  return Status::ok();
+}
+
 // Each path marks its operations ended in the flight recorder while it holds
 // the communicator's mutex: once it is released, an ncclCommAbort from
 // another thread may free the communicator (capi's destroyComm waits for
@@ -1133,6 +1165,21 @@ RunResult runGroup(std::vector<Op>& all) {
       for (const Op& o : all) o.comm->recorder().ended(o.rec, r.status.isOk());
     }
   } mark{all, result};
+  // A receive from any source becomes a receive from the peer whose
+  // point-to-point message comes first, before anything is planned (in
+  // call order: this runs where the communicator's operations run). Alone
+  // (the API refuses it in a group).
+  for (Op& o : all) {
+    if (o.coll != Collective::kRecv || o.root != Op::kAnySource) continue;
+    auto src = o.comm->awaitAnySource();
+    if (!src) {
+      o.comm->setError(src.status());
+      o.comm->noticeFailure(src.status());
+      return result = ofGroup(src.status(), comms);
+    }
+    o.root = *src;
+    if (o.source) *o.source = *src;
+  }
   // Device IPC: a communicator's raw collectives of the agreed size run
   // device to device, in call order, as executor work beside everything
   // else (one thread progresses them all, as the ranks of one group must

@@ -81,5 +81,10 @@ uint64_t plansBuilt(Comm& comm);
 // several nodes: fp16 or bf16).
 Op apiOp(Comm& comm, algo::Collective coll, const void* send, void* recv, size_t count, int dt,
          int op, int root, Queue stream);
+// An API call's root or peer, count and buffers, checked against `comm`
+// (kInvalidArgument naming what is wrong). A receive may name
+// Op::kAnySource.
+Status checkCall(const Comm& comm, algo::Collective coll, const void* send, const void* recv,
+                 size_t count, int dt, int root);
 
 }  // namespace tutti::core

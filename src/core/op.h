@@ -31,7 +31,12 @@ struct Op {
   size_t count = 0;  // as passed to the API
   int dt = 0;        // ncclDataType_t, validated
   int op = 0;        // ncclRedOp_t (built-in or one of comm's PreMulSum operators), validated
-  int root = 0;      // root, or peer for send/recv
+  int root = 0;      // root, or peer for send/recv (a receive: kAnySource)
+  // A receive from any source (tuttiRecvAny): its peer is the first whose
+  // next message to this rank is a point-to-point one, found when the
+  // operation runs (Comm::awaitAnySource) and written to *source.
+  static constexpr int kAnySource = -2;
+  int* source = nullptr;
   // A collective's number among its communicator's collective calls (every
   // rank numbers its calls alike): OpSig::call, which tells a skipped call
   // from a late one.
