@@ -155,6 +155,13 @@ class TuttiWork : public c10d::Work {
 
   bool wait(ms timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
+  // A receive from any source: the rank it received from, once it ended
+  // (written by the engine before the work completes).
+  int sourceRank() const override {
+    if (!source_) return c10d::Work::sourceRank();  // throws: not a receive from any source
+    return *source_;
+  }
+  void setSource(std::shared_ptr<const int> source) { source_ = std::move(source); }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   void complete(std::exception_ptr ep) {
@@ -170,6 +177,7 @@ class TuttiWork : public c10d::Work {
   std::shared_ptr<Engine> engine_;
   std::string name_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<const int> source_;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -1019,8 +1027,31 @@ class ProcessGroupTutti : public PGBase {
     return submit(c10d::OpType::RECV, tensors, {task});
   }
 
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    fail("recv without a source rank (recvAnysource) is not supported: pass src");
+  // Gloo's recv without a source rank: tuttiRecvAny takes the first rank
+  // whose message to this one comes, as Gloo's recv from any of the group's
+  // ranks does; the work's sourceRank() names it. (Tags are not matched,
+  // as for recv: tutti matches each pair's messages in order.)
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int /*tag*/) override {
+    checkOne(tensors, "recv");
+    if (getSize() == 1)
+      fail("recv from any source: a group of one rank has no rank to receive from");
+    at::Tensor t = tensors[0], buf = contig(t);
+    bool copyBack = !buf.is_same(t);
+    auto eng = engine_.get();
+    auto source = std::make_shared<int>(-1);
+    Task task{"recvAnySource",
+              [=](ncclComm_t c) {
+                eng->check(tuttiRecvAny(ptr(buf), nbytes(buf), ncclUint8, source.get(), c, nullptr),
+                           c, "tuttiRecvAny");
+              },
+              [=]() mutable {
+                if (copyBack) t.copy_(buf);
+              },
+              true, ms(0)};
+    auto work = submit(c10d::OpType::RECVANYSOURCE, tensors, {task});
+    static_cast<TuttiWork*>(work.get())->setSource(source);
+    return work;
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override {

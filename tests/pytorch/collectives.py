@@ -291,6 +291,39 @@ if WORLD > 1:
             dist.recv(m[:, 1:3].t(), 0)
             C.eq(m[:, 1:3].t().reshape(-1), torch.arange(6.0), "recv into non-contiguous")
 
+# ---- recv without a source rank (any source) ----
+# Every rank but 0 sends rank 0 two messages; rank 0 takes them with recv
+# (which returns the sender) and irecv (work._source_rank()), tutti into a
+# non-contiguous view every other pair of calls: each sender's two, in order, values
+# checked; then the same through Gloo, which must see the same messages.
+if WORLD > 1:
+    def any_source(group):
+        got = []
+        if RANK != 0:
+            for m in range(2):
+                dist.send(torch.arange(1000, dtype=torch.int64) + RANK * 10000 + m * 1000, 0,
+                          group=group)
+        else:
+            for i in range(2 * (WORLD - 1)):
+                if i % 4 < 2 or group is not None:  # (Gloo takes only contiguous tensors)
+                    t = torch.full((1000,), -1, dtype=torch.int64)
+                else:
+                    t = torch.full((1000, 2), -1, dtype=torch.int64)[:, 1]  # a strided view
+                if i % 2 == 0:
+                    src = dist.recv(t, group=group)
+                else:
+                    w = dist.irecv(t, group=group)
+                    w.wait()
+                    src = w._source_rank()
+                m = sum(1 for s, _ in got if s == src)
+                C.eq(t, torch.arange(1000, dtype=torch.int64) + src * 10000 + m * 1000,
+                     "recv from any source: message %d of rank %d" % (m, src))
+                got.append((src, m))
+            C.true(sorted(got) == [(s, m) for s in range(1, WORLD) for m in range(2)],
+                   "recv from any source: every rank's two messages once (got %s)" % got)
+        return sorted(got)
+    C.true(any_source(None) == any_source(gloo), "recv from any source: the same messages as Gloo")
+
 # ---- all_gather_coalesced: several inputs of different shapes and dtypes ----
 # (PyTorch wants the inputs of one call to share a dtype.)
 for dtype, shapes in ((torch.float32, [(3,), (2, 5), (0,)]), (torch.int64, [(1001,)]),

@@ -35,6 +35,11 @@ class Checker:
             raise AssertionError("%s: got %s %s\n%s\nwant %s %s\n%s" % (
                 what, got.dtype, tuple(got.shape), got, want.dtype, tuple(want.shape), want))
 
+    def true(self, cond, what):
+        self.n += 1
+        if not cond:
+            raise AssertionError(what)
+
     def close(self, got, want, rtol, atol, what):
         self.n += 1
         if got.dtype != want.dtype or got.shape != want.shape or \
