@@ -7,7 +7,9 @@
 // connection's next message header, as a run parks a later operation's
 // header (Channel::rx): a run of that peer's operation finds it there. A
 // peer not yet connected announces itself with a hello before its
-// handshakes (Comm::connectPair); this rank then connects to it.
+// handshakes (Comm::connectPair); this rank then connects to it. (A
+// collective's header read here misses the straggler telemetry of that one
+// message: Telemetry::onHeader is the run's.)
 #include <poll.h>
 #include <sched.h>
 

@@ -355,8 +355,9 @@ class Comm {
   // The one wording of "peer aborted": `detail` says what this rank was doing
   // ("while this rank waited for it in ..."); the arena is read before any
   // notice (an aborted rank's executor may send one that says only
-  // "communicator aborted"), so this is the root cause as it stands. kRemoteError unless `code`
-  // says otherwise (the code of what this rank observed).
+  // "communicator aborted"), so this is the root cause as it stands.
+  // kRemoteError unless `code` says otherwise (the code of what this rank
+  // observed).
   Status peerAbortedError(int peer, std::string_view detail, Code code = Code::kRemoteError) const;
 
  private:
