@@ -93,7 +93,7 @@ SKIP=(
   "docs/performance.md|ctest --test-dir build -L bench-smoke|the test suite itself (CI runs ctest); device.async_bench_smoke is that label's test"
   "docs/architecture.md|bash scripts/fuzz.sh --seconds 60|a minute per target plus a clang-14 build of its own (build-fuzz/); ctest fuzz.short (label fuzz) runs the same script for 5 s per target"
   "docs/architecture.md|bash bench/fuzz/run.sh|the long fuzzing run: hours, topology_xml alone about 3 (bench/); ctest fuzz.short runs the short form"
-  "docs/pytorch.md|bash bench/pytorch/gloo_suite.sh|PyTorch's whole distributed suite on both backends: about an hour and a half (bench/); the short form (RUN above) runs here"
+  "docs/pytorch.md|bash bench/pytorch/gloo_suite.sh|PyTorch's whole distributed suite on both backends: about 65 minutes (bench/); the short form (RUN above) runs here"
   "docs/pytorch.md|PYTHONPATH=build/python /usr/bin/python3 bench/pytorch/overlap_timeline.py|a benchmark with plots (bench/); ctest torch.ddp_overlap_np2 runs it with --check"
 )
 
