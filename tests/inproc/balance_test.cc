@@ -109,8 +109,12 @@ TEST(Balance, ThePlanFollowsASlowNodeAndComesBack) {
       // Rank 2's links: 1 -> 2 and 2 -> 3 (the ring 0 1 2 3).
       if (k == kSlowFrom || k == kBackAt) {
         const double mbps = k == kSlowFrom ? kSlow : kFast;
-        if (r == 1) ASSERT_TRUE(c.setTestLinkRate(2, mbps));
-        if (r == 2) ASSERT_TRUE(c.setTestLinkRate(3, mbps));
+        if (r == 1) {
+          ASSERT_TRUE(c.setTestLinkRate(2, mbps));
+        }
+        if (r == 2) {
+          ASSERT_TRUE(c.setTestLinkRate(3, mbps));
+        }
       }
       const uint64_t before = acked();
       allReduce(r, comm, kCount, k, k % 2 == 1);
@@ -165,8 +169,12 @@ TEST(Balance, ReplanOffKeepsThePlanOfInit) {
   std::vector<int> equal(kRanks, 0);  // (not vector<bool>: ranks write their own)
   runRanks(kRanks, [&](int r, ncclComm_t comm) {
     core::Comm& c = *comm->impl();
-    if (r == 1) ASSERT_TRUE(c.setTestLinkRate(2, 2.5));
-    if (r == 2) ASSERT_TRUE(c.setTestLinkRate(3, 2.5));
+    if (r == 1) {
+      ASSERT_TRUE(c.setTestLinkRate(2, 2.5));
+    }
+    if (r == 2) {
+      ASSERT_TRUE(c.setTestLinkRate(3, 2.5));
+    }
     for (int k = 0; k < 3; ++k) allReduce(r, comm, 1 << 18, k, false);
     equal[r] = c.balance().ranks.empty() && c.nodeRates().empty();
   });

@@ -133,10 +133,11 @@ TEST(Stragglers, ALateRankIsNamedByEveryRank) {
         EXPECT_GE(late.lateMs, 40) << "rank " << r;
       }
       const tuttiStraggler_t link = named(comm, tuttiStragglerSlowLink);
-      if (!kSanitized)
+      if (!kSanitized) {
         EXPECT_LT(link.kind, 0) << "rank " << r << ", operation " << op << ": link from "
                                 << link.peer << " to " << link.rank << ", " << link.mbps
                                 << " MB/s, ratio " << link.ratio;
+      }
     }
   });
   expectNamedOnce(namedAt, log, "arrives late", {"rank 2 (host", "arrives late"});
@@ -164,8 +165,9 @@ TEST(Stragglers, ASlowLinkIsNamedByEveryRank) {
         EXPECT_GT(link.ratio, 2.5) << "rank " << r;
         EXPECT_LT(link.mbps, 6) << "rank " << r;
       }
-      if (!kSanitized)
+      if (!kSanitized) {
         EXPECT_LT(named(comm, tuttiStragglerLate).kind, 0) << "rank " << r << ", operation " << op;
+      }
     }
   });
   expectNamedOnce(namedAt, log, "slow link", {"slow link from rank 1 (host", "to rank 2 (host"});
