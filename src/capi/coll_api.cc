@@ -43,13 +43,16 @@ ncclResult_t checkAndRun(const char* fn, Collective coll, const void* send, void
            core::checkCall(*comm->impl(), coll, send, recv, count, dt, root).withContext(fn),
            comm)) != ncclSuccess)
     return rc;
-  if (root == core::Op::kAnySource && (!source || !count || capi::threadGroup().depth > 0))
-    return fail(!source || !count ? ncclInvalidArgument : ncclInvalidUsage,
-                std::string(fn) + (!source  ? ": peer is NULL"
-                                   : !count ? ": count 0 (a zero-length send carries no message)"
-                                            : ": not inside a group (its peer is known only when "
-                                              "it runs)"),
-                comm);
+  if (root == core::Op::kAnySource) {
+    if (!source) return fail(ncclInvalidArgument, std::string(fn) + ": peer is NULL", comm);
+    if (!count)
+      return fail(ncclInvalidArgument,
+                  std::string(fn) + ": count 0 (a zero-length send carries no message)", comm);
+    if (capi::threadGroup().depth > 0)
+      return fail(ncclInvalidUsage,
+                  std::string(fn) + ": not inside a group (its peer is known only when it runs)",
+                  comm);
+  }
   TUTTI_INFO(tutti::log::kColl,
              "{}: sendbuff {} recvbuff {} count {} datatype {} op {} root {} comm {} [nranks={}]",
              fn, send, static_cast<void*>(recv), count, typeName(dt), op, root,

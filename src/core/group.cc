@@ -28,6 +28,20 @@ using algo::Collective;
 namespace {
 
 const char* typeName(int t) { return dataTypeName(static_cast<DataType>(t)); }
+
+// An operation's arguments as a call passes them (what apiOp and partOp add
+// to them is theirs).
+Op argsOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count, int dt, int op) {
+  Op o;
+  o.comm = &comm;
+  o.coll = coll;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dt = dt;
+  o.op = op;
+  return o;
+}
 size_t elemSize(int dt) { return dataTypeSize(static_cast<DataType>(dt)); }
 
 // `q`: the operation's queue, where a scalar in device memory is read (on the
@@ -376,14 +390,7 @@ RunResult ofGroup(const Status& st, const std::vector<Comm*>& comms) {
 // `call` on `comm`, so that its fingerprint names that call on every rank.
 Op partOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count, int dt, int op,
           uint64_t call) {
-  Op o;
-  o.comm = &comm;
-  o.coll = coll;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.op = op;
+  Op o = argsOp(comm, coll, send, recv, count, dt, op);
   o.call = call;
   o.part = true;
   return o;
@@ -1062,14 +1069,7 @@ algo::Wire envCompression(const Comm& comm, size_t bytes, int dt, int op) {
 
 Op apiOp(Comm& comm, Collective coll, const void* send, void* recv, size_t count, int dt, int op,
          int root, Queue stream) {
-  Op o;
-  o.comm = &comm;
-  o.coll = coll;
-  o.send = send;
-  o.recv = recv;
-  o.count = count;
-  o.dt = dt;
-  o.op = op;
+  Op o = argsOp(comm, coll, send, recv, count, dt, op);
   o.root = root;
   o.stream = stream;
   if (coll != Collective::kSend && coll != Collective::kRecv) o.call = comm.nextCollectiveCall();

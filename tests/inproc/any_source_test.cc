@@ -202,6 +202,20 @@ TEST_P(AnySource, RefusedInsideAGroup) {
   });
 }
 
+// A tuttiRecvAny on `comm` expected to fail: how long it took (s) and why.
+struct FailedWait {
+  double seconds;
+  std::string why;
+};
+FailedWait failedWait(ncclComm_t comm) {
+  int32_t v = 0;
+  int from = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(tuttiRecvAny(&v, 1, ncclInt32, &from, comm, nullptr), ncclSuccess);
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+          ncclGetLastError(comm)};
+}
+
 // No rank sends: TUTTI_TIMEOUT ends the wait with an error that says so.
 TEST_P(AnySource, NobodySendsTimesOut) {
   Env env({std::make_pair("NCCL_SHM_DISABLE", GetParam()), std::make_pair("TUTTI_TIMEOUT", "1")});
@@ -211,17 +225,12 @@ TEST_P(AnySource, NobodySendsTimesOut) {
       while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return;
     }
-    int32_t v = 0;
-    int from = -1;
-    const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_NE(tuttiRecvAny(&v, 1, ncclInt32, &from, comm, nullptr), ncclSuccess);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const FailedWait w = failedWait(comm);
     done = true;
-    const std::string why = ncclGetLastError(comm);
-    EXPECT_NE(why.find("TUTTI_TIMEOUT"), std::string::npos) << why;
-    EXPECT_NE(why.find("any source"), std::string::npos) << why;
-    EXPECT_GE(s, 0.9);
-    EXPECT_LT(s, 5.0);
+    EXPECT_NE(w.why.find("TUTTI_TIMEOUT"), std::string::npos) << w.why;
+    EXPECT_NE(w.why.find("any source"), std::string::npos) << w.why;
+    EXPECT_GE(w.seconds, 0.9);
+    EXPECT_LT(w.seconds, 5.0);
   });
 }
 
@@ -231,14 +240,9 @@ TEST_P(AnySource, EveryPeerLeavingEndsTheWait) {
   Env env({std::make_pair("NCCL_SHM_DISABLE", GetParam())});
   runRanks(3, [&](int rank, ncclComm_t comm) {
     if (rank != 0) return;
-    int32_t v = 0;
-    int from = -1;
-    const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_NE(tuttiRecvAny(&v, 1, ncclInt32, &from, comm, nullptr), ncclSuccess);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string why = ncclGetLastError(comm);
-    EXPECT_NE(why.find("every other rank has left"), std::string::npos) << why;
-    EXPECT_LT(s, 5.0);
+    const FailedWait w = failedWait(comm);
+    EXPECT_NE(w.why.find("every other rank has left"), std::string::npos) << w.why;
+    EXPECT_LT(w.seconds, 5.0);
   });
 }
 
