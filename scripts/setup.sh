@@ -27,11 +27,13 @@ cd "$(dirname "$0")/.."
 #   only recommends it).
 # - UCX network plugin (transports/ucx, TUTTI_NET=ucx): libucx-dev; ucx-utils
 #   (ucx_info) to see which UCX transports a machine has.
+# - libfabric network plugin (transports/ofi, TUTTI_NET=ofi): libfabric-dev;
+#   libfabric-bin (fi_info) to see which providers a machine has.
 PKGS=(build-essential cmake pkg-config libsodium-dev libhwloc-dev libhwloc-plugins libfmt-dev libgtest-dev
       googletest libbenchmark-dev iproute2 procps libopenmpi-dev openmpi-bin
       nlohmann-json3-dev python3-matplotlib python3-torch libtorch-dev pybind11-dev
       libze-dev clang-14 libclang-rt-14-dev llvm-spirv-14 spirv-tools pocl-opencl-icd ocl-icd-opencl-dev
-      opencl-c-headers clinfo libucx-dev ucx-utils)
+      opencl-c-headers clinfo libucx-dev ucx-utils libfabric-dev libfabric-bin)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -306,6 +306,10 @@ enum class Path {
   // set-up, which UCX 1.13 needs; docs/transports.md).
   kUcxTcp,
   kUcxSm,
+  // Every peer through tutti's libfabric plugin (TUTTI_NET=ofi), over
+  // libfabric's tcp provider and over its shm provider.
+  kOfiTcp,
+  kOfiShm,
 };
 
 // Ranks per pretend node for n ranks: unequal where possible.
@@ -321,8 +325,9 @@ TEST_P(Collectives, SampledMatrix) {
   const Path path = std::get<1>(GetParam());
   const bool plugin = path == Path::kNetPlugin || path == Path::kNetPluginHierarchical;
   const bool ucx = path == Path::kUcxTcp || path == Path::kUcxSm;
+  const bool ofi = path == Path::kOfiTcp || path == Path::kOfiShm;
   const bool tcp = path == Path::kTcp || path == Path::kTcpRingOnly ||
-                   path == Path::kTcpHierarchical || path == Path::kNetPlugin || ucx;
+                   path == Path::kTcpHierarchical || path == Path::kNetPlugin || ucx || ofi;
 #ifdef TUTTI_TEST_UCX_PLUGIN_DIR
   if (ucx) {
     setenv("TUTTI_PLUGIN_PATH", TUTTI_TEST_UCX_PLUGIN_DIR, 1);
@@ -337,6 +342,16 @@ TEST_P(Collectives, SampledMatrix) {
   }
 #else
   if (ucx) GTEST_SKIP() << "the UCX plugin is not built (libucx-dev missing at configure time)";
+#endif
+#ifdef TUTTI_TEST_OFI_PLUGIN_DIR
+  if (ofi) {
+    setenv("TUTTI_PLUGIN_PATH", TUTTI_TEST_OFI_PLUGIN_DIR, 1);
+    setenv("TUTTI_NET", "ofi", 1);
+    setenv("FI_PROVIDER", path == Path::kOfiTcp ? "tcp" : "shm", 1);
+  }
+#else
+  if (ofi)
+    GTEST_SKIP() << "the libfabric plugin is not built (libfabric-dev missing at configure time)";
 #endif
   const bool ringOnly = path == Path::kShmRingOnly || path == Path::kTcpRingOnly;
   const bool twoLevel = path == Path::kShmHierarchical || path == Path::kShm2DRing ||
@@ -370,7 +385,7 @@ TEST_P(Collectives, SampledMatrix) {
   unsetenv("NCCL_NET_PLUGIN");
   unsetenv("NCCL_NET");
   for (const char* v : {"TUTTI_PLUGIN_PATH", "TUTTI_NET", "UCX_TLS", "UCX_POSIX_ERROR_HANDLING",
-                        "UCX_SYSV_ERROR_HANDLING"})
+                        "UCX_SYSV_ERROR_HANDLING", "FI_PROVIDER"})
     unsetenv(v);
 }
 
@@ -407,6 +422,12 @@ INSTANTIATE_TEST_SUITE_P(UcxTcp, Collectives,
 INSTANTIATE_TEST_SUITE_P(UcxSm, Collectives,
                          ::testing::Combine(::testing::Values(2, 3, 5),
                                             ::testing::Values(Path::kUcxSm)));
+INSTANTIATE_TEST_SUITE_P(OfiTcp, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(Path::kOfiTcp)));
+INSTANTIATE_TEST_SUITE_P(OfiShm, Collectives,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values(Path::kOfiShm)));
 INSTANTIATE_TEST_SUITE_P(NetPluginHierarchical, Collectives,
                          ::testing::Combine(::testing::Values(4, 7),
                                             ::testing::Values(Path::kNetPluginHierarchical)));

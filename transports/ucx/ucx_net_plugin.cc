@@ -80,27 +80,17 @@
 #include <cstring>
 
 #include "transports/ncclnet/net_abi.h"
+#include "transports/netplugin/plugin_support.h"
 
 namespace {
 
 using namespace tutti::transport::ncclnet;
+using namespace tutti::transport::netplugin;
 
 // ---- logging -------------------------------------------------------------------
 
-NetLogger g_logger = nullptr;  // accessed with __atomic builtins
-
-#define UCXN_LOG(level, ...)                                                  \
-  do {                                                                        \
-    NetLogger ucxn_l = __atomic_load_n(&g_logger, __ATOMIC_ACQUIRE);          \
-    if (ucxn_l != nullptr) {                                                  \
-      ucxn_l(level, kNetLogSubsysNet, __FILE__, __LINE__, __VA_ARGS__);       \
-    } else if (level == kNetLogWarn) {                                        \
-      std::fprintf(stderr, "tutti ucx net plugin (no logger): " __VA_ARGS__); \
-      std::fputc('\n', stderr);                                               \
-    }                                                                         \
-  } while (0)
-#define UCXN_WARN(...) UCXN_LOG(kNetLogWarn, __VA_ARGS__)
-#define UCXN_INFO(...) UCXN_LOG(kNetLogInfo, __VA_ARGS__)
+#define UCXN_WARN(...) TUTTI_NETPLUGIN_LOG(kNetLogWarn, __VA_ARGS__)
+#define UCXN_INFO(...) TUTTI_NETPLUGIN_LOG(kNetLogInfo, __VA_ARGS__)
 
 // ---- constants -------------------------------------------------------------------
 
@@ -122,30 +112,6 @@ ucp_tag_t dataTag(int tag) { return kDataTagBase | static_cast<uint32_t>(tag); }
 constexpr int kMaxRequests = 32;
 constexpr double kCloseTimeoutSec = 2.0;
 
-double nowSec() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-void sleepMicros(long us) {
-  timespec ts{us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, nullptr);
-}
-
-uint64_t randomId() {
-  static uint64_t counter = 0;
-  uint64_t id = 0;
-  if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(id))) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    id = (static_cast<uint64_t>(ts.tv_sec) << 32) ^ static_cast<uint64_t>(ts.tv_nsec) ^
-         (static_cast<uint64_t>(getpid()) << 16);
-  }
-  id ^= __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull;
-  return id == 0 ? 1 : id;
-}
-
 // ---- the handle ----------------------------------------------------------------------
 
 struct WireHandle {
@@ -156,104 +122,6 @@ struct WireHandle {
   uint64_t id;
 };
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
-
-// ---- interfaces (NCCL_SOCKET_IFNAME) ---------------------------------------------------
-
-// NCCL's interface list syntax: "a,b" prefixes, "^a,b" all but those prefixes,
-// "=a,b" exact names ("^=a" all but exactly a); an ":port" suffix is ignored.
-bool matchIfName(const char* name, const char* spec) {
-  bool exclude = false;
-  bool exact = false;
-  if (*spec == '^') {
-    exclude = true;
-    ++spec;
-  }
-  if (*spec == '=') {
-    exact = true;
-    ++spec;
-  }
-  bool matched = false;
-  const char* p = spec;
-  const size_t nameLen = std::strlen(name);
-  for (;;) {
-    const char* end = std::strchr(p, ',');
-    size_t n = end != nullptr ? static_cast<size_t>(end - p) : std::strlen(p);
-    const char* colon = static_cast<const char*>(std::memchr(p, ':', n));
-    if (colon != nullptr) n = static_cast<size_t>(colon - p);
-    if (n > 0 && std::strncmp(name, p, n) == 0 && (!exact || nameLen == n)) matched = true;
-    if (end == nullptr) break;
-    p = end + 1;
-  }
-  return exclude ? !matched : matched;
-}
-
-bool usableIpv4(const ifaddrs* ifa) {
-  if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) return false;
-  if ((ifa->ifa_flags & IFF_UP) == 0) return false;
-  const sockaddr_in* sin = reinterpret_cast<const sockaddr_in*>(ifa->ifa_addr);
-  return sin->sin_addr.s_addr != htonl(INADDR_ANY);
-}
-
-// The address listeners bind, chosen once by init().
-sockaddr_in g_listenAddr{};
-char g_listenIf[IF_NAMESIZE + 1] = "";
-char g_listenAddrStr[INET_ADDRSTRLEN] = "";
-
-NetResult chooseListenAddress(const char* spec) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) {
-    if (spec != nullptr) {
-      UCXN_WARN("ucx: getifaddrs failed (%s); cannot apply NCCL_SOCKET_IFNAME=%s",
-                std::strerror(errno), spec);
-      return kNetSystemError;
-    }
-    list = nullptr;
-  }
-  const ifaddrs* pick = nullptr;
-  for (const ifaddrs* ifa = list; ifa != nullptr && pick == nullptr; ifa = ifa->ifa_next) {
-    if (!usableIpv4(ifa)) continue;
-    if (spec != nullptr ? matchIfName(ifa->ifa_name, spec) : (ifa->ifa_flags & IFF_LOOPBACK) == 0)
-      pick = ifa;
-  }
-  std::memset(&g_listenAddr, 0, sizeof(g_listenAddr));
-  g_listenAddr.sin_family = AF_INET;
-  if (pick != nullptr) {
-    g_listenAddr.sin_addr = reinterpret_cast<const sockaddr_in*>(pick->ifa_addr)->sin_addr;
-    std::snprintf(g_listenIf, sizeof(g_listenIf), "%s", pick->ifa_name);
-  } else if (spec != nullptr) {
-    UCXN_WARN("ucx: no UP IPv4 interface matches NCCL_SOCKET_IFNAME=%s", spec);
-    if (list != nullptr) freeifaddrs(list);
-    return kNetSystemError;
-  } else {
-    g_listenAddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    std::snprintf(g_listenIf, sizeof(g_listenIf), "%s", "loopback");
-  }
-  if (list != nullptr) freeifaddrs(list);
-  inet_ntop(AF_INET, &g_listenAddr.sin_addr, g_listenAddrStr, sizeof(g_listenAddrStr));
-  return kNetSuccess;
-}
-
-// The names of the UP IPv4 interfaces spec matches, comma-separated, each once.
-void matchingIfNames(const char* spec, char* out, size_t outSize) {
-  out[0] = '\0';
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return;
-  size_t len = 0;
-  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
-    if (!usableIpv4(ifa) || !matchIfName(ifa->ifa_name, spec)) continue;
-    bool seen = false;
-    for (const ifaddrs* prev = list; prev != ifa; prev = prev->ifa_next)
-      if (usableIpv4(prev) && std::strcmp(prev->ifa_name, ifa->ifa_name) == 0) seen = true;
-    if (seen) continue;
-    size_t n = std::strlen(ifa->ifa_name);
-    if (len + n + 2 > outSize) break;
-    if (len > 0) out[len++] = ',';
-    std::memcpy(out + len, ifa->ifa_name, n);
-    len += n;
-    out[len] = '\0';
-  }
-  freeifaddrs(list);
-}
 
 // ---- comms, requests, memory handles -----------------------------------------------
 
@@ -677,26 +545,20 @@ void removePending(PendingConnect* p) {
 
 char g_devName[] = "ucx";
 
-// tutti's option (net_abi.h, tuttiNetSetOption): the interfaces to use, in
-// NCCL_SOCKET_IFNAME's syntax; wins over NCCL_SOCKET_IFNAME. Set before init.
-char g_ifOption[256] = "";
+// The address listeners bind, chosen once by init().
+Interface g_listen{};
 
 NetResult ucxInit(NetLogger logger) {
-  __atomic_store_n(&g_logger, logger, __ATOMIC_RELEASE);
+  setLogger(logger);
   pthread_mutex_lock(&g_initMu);
   struct Unlock {
     ~Unlock() { pthread_mutex_unlock(&g_initMu); }
   } unlock;
   if (context() != nullptr) return kNetSuccess;
 
-  const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
-  const char* ifSource = "NCCL_SOCKET_IFNAME=";
-  if (g_ifOption[0] != '\0') {
-    ifname = g_ifOption;
-    ifSource = "tutti's ifname option ";
-  }
-  if (ifname != nullptr && *ifname == '\0') ifname = nullptr;
-  NetResult r = chooseListenAddress(ifname);
+  const char* ifSource = "";
+  const char* ifname = ifSpec(&ifSource);
+  NetResult r = chooseInterface("ucx", ifname, &g_listen);
   if (r != kNetSuccess) return r;
 
   // UCX 1.13's tcp transport aborts the process on an internal assertion
@@ -740,10 +602,11 @@ NetResult ucxInit(NetLogger logger) {
   __atomic_store_n(&g_ctx, ctx, __ATOMIC_RELEASE);
   if (netDevices[0] != '\0') {
     UCXN_INFO("ucx: init, UCX %s; listening on %s (%s); UCX NET_DEVICES=%s from %s%s",
-              ucp_get_version_string(), g_listenAddrStr, g_listenIf, netDevices, ifSource, ifname);
+              ucp_get_version_string(), g_listen.addrStr, g_listen.name, netDevices, ifSource,
+              ifname);
   } else {
-    UCXN_INFO("ucx: init, UCX %s; listening on %s (%s)", ucp_get_version_string(), g_listenAddrStr,
-              g_listenIf);
+    UCXN_INFO("ucx: init, UCX %s; listening on %s (%s)", ucp_get_version_string(), g_listen.addrStr,
+              g_listen.name);
   }
   return kNetSuccess;
 }
@@ -849,7 +712,7 @@ NetResult ucxListen(int dev, void* handle, void** listenComm) {
   }
   l->helloReq = hr;  // cannot have completed: nobody knows the address yet
 
-  sockaddr_in sa = g_listenAddr;
+  sockaddr_in sa = g_listen.addr;
   sa.sin_port = 0;
   ucp_listener_params_t lp;
   std::memset(&lp, 0, sizeof(lp));
@@ -860,8 +723,8 @@ NetResult ucxListen(int dev, void* handle, void** listenComm) {
   lp.conn_handler.arg = l;
   st = ucp_listener_create(l->worker, &lp, &l->listener);
   if (st != UCS_OK) {
-    UCXN_WARN("ucx: listen: ucp_listener_create on %s (%s) failed: %s", g_listenAddrStr, g_listenIf,
-              ucs_status_string(st));
+    UCXN_WARN("ucx: listen: ucp_listener_create on %s (%s) failed: %s", g_listen.addrStr,
+              g_listen.name, ucs_status_string(st));
     l->listener = nullptr;
     destroyListenComm(l);
     return kNetSystemError;
@@ -1411,11 +1274,7 @@ NetResult v8Accept(void* listenComm, void** recvComm, NetDeviceHandle**) {
 
 extern "C" __attribute__((visibility("default"))) NetResult tuttiNetSetOption(const char* key,
                                                                               const char* value) {
-  if (key == nullptr || value == nullptr) return kNetInvalidArgument;
-  if (std::strcmp(key, "ifname") != 0) return kNetInvalidArgument;  // unknown: tutti goes on
-  if (std::strlen(value) >= sizeof(g_ifOption)) return kNetInvalidArgument;
-  std::strcpy(g_ifOption, value);
-  return kNetSuccess;
+  return setOption(key, value);
 }
 
 extern "C" __attribute__((visibility("default")))

@@ -1,0 +1,1379 @@
+// tutti's libfabric network transport, as an NCCL net plugin (ncclNetPlugin_v8,
+// table name "ofi") that tutti's loader (transports/ncclnet/nccl_net.cc)
+// drives like any other plugin: TUTTI_NET=ofi, or
+// NCCL_NET_PLUGIN=/path/to/libtutti-net-ofi.so.
+//
+// libfabric's reliable datagram endpoints (FI_EP_RDM) with tagged messages
+// carry the messages; the provider is libfabric's choice unless FI_PROVIDER
+// names one (tcp and shm here; verbs, efa, cxi on clusters). Design:
+// - One endpoint per process, with one completion queue and one address
+//   vector, as RDM endpoints are meant to be used: a connection is a pair of
+//   ids in the message tags, not an endpoint of its own (an endpoint per
+//   connection would give a provider such as shm a region per connection).
+//   Every entry point takes one process-wide lock; the domain is opened with
+//   FI_THREAD_DOMAIN accordingly.
+// - Tags: bits 56-59 say what a message is, bits 32-55 carry a connection id,
+//   bits 0-31 the caller's tag. A receive comm's id (given at listen, unique
+//   in its process) is in every data message sent to it; a send comm's id
+//   (unique in its process) in the control messages addressed to it.
+//   Messages of one connection are matched in sending order
+//   (FI_ORDER_SAS, requested from the provider).
+// - listen() posts the receive of a "hello" (tag HELLO|id) and puts the
+//   endpoint's address and the id into the handle. connect() inserts that
+//   address into the address vector (once per address: every connection
+//   between two processes shares the provider's connection) and sends the
+//   hello, which carries the send comm's id and the sender's address; it
+//   hands out the send comm once the provider completed the hello. accept()
+//   hands out the receive comm once the hello arrived. Neither blocks.
+// - isend/irecv post fi_tsend/fi_trecv with the request as context; test()
+//   reads the completion queue (whoever calls it progresses every
+//   connection) and reports requests done in posting order; at most
+//   kMaxRequests in flight per comm, NULL requests beyond (or when the
+//   provider says -FI_EAGAIN).
+// - Memory: every buffer is registered with fi_mr_reg (bound to the endpoint
+//   when the provider asks FI_MR_ENDPOINT) and passed with its descriptor.
+//   Registrations are cached per process: a range inside one registered
+//   before takes a reference on it and costs no call into libfabric. Host
+//   memory only.
+// - Peer failure: an error completion of a connection's operation fails the
+//   connection; test() of its requests returns ncclRemoteError. A receive
+//   posted on an RDM endpoint is not tied to a peer, so a receive comm whose
+//   requests wait makes sure the sender is still there: after kPingSec
+//   without a completion it sends a ping (a zero-byte message to the send
+//   comm), which fails when the sender's process or its endpoint is gone.
+//   (The shm provider cannot tell a dead peer: on one host tutti's arena
+//   does.)
+// - Close. A send comm whose messages all completed sends a "bye" carrying
+//   how many data messages it sent; the receiving process answers with an
+//   ack once its receive comm has taken that many, or at once when the
+//   receive comm is closed. Until the ack (or the peer's failure), the
+//   closing comm stays in the process and later progress finishes it; at
+//   exit the plugin's destructor progresses for at most kCloseTimeoutSec, so
+//   that a process that closes and exits at once does not take its last
+//   messages with it (a provider may still need the sender for a message the
+//   peer has not taken: a rendezvous). A comm closed with requests in flight
+//   (an abort) cancels its receives and waits up to kCloseTimeoutSec for its
+//   operations to end, so that nothing writes into the caller's buffers
+//   after the close.
+// - Interfaces: tutti's "ifname" option (tuttiNetSetOption; loopback when
+//   every rank is on one host), else NCCL_SOCKET_IFNAME, picks the interface
+//   of socket-based providers (tcp, sockets, udp): the fabric's domain must be
+//   that interface, and FI_TCP_IFACE is set to it unless it is set already.
+//   Providers of other kinds (verbs, efa, shm) are not filtered. Without
+//   FI_PROVIDER, shm is passed over: it reaches one host only.
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "transports/ncclnet/net_abi.h"
+#include "transports/netplugin/plugin_support.h"
+
+namespace {
+
+using namespace tutti::transport::ncclnet;
+using namespace tutti::transport::netplugin;
+
+#define OFI_WARN(...) TUTTI_NETPLUGIN_LOG(kNetLogWarn, __VA_ARGS__)
+#define OFI_INFO(...) TUTTI_NETPLUGIN_LOG(kNetLogInfo, __VA_ARGS__)
+
+// ---- constants ---------------------------------------------------------------------
+
+constexpr uint32_t kHandleMagic = 0x4f464948u;  // "OFIH"
+constexpr uint32_t kCommMagic = 0x4f464943u;    // "OFIC"
+constexpr uint32_t kListenMagic = 0x4f46494cu;  // "OFIL"
+constexpr uint32_t kMrMagic = 0x4f46494du;      // "OFIM"
+
+constexpr int kMaxRequests = 32;
+constexpr double kCloseTimeoutSec = 2.0;
+constexpr double kPingSec = 1.0;
+constexpr size_t kMaxAddrBytes = 96;  // what fits the handle beside its header
+
+// ---- tags ----------------------------------------------------------------------------
+
+// What a message is (bits 56-59). Every receive is posted with an exact tag:
+// libfabric 1.17's shm provider matches a message that arrived before its
+// receive against the receive's tag without the receive's ignore bits, so a
+// wildcard receive would never take a control message that came early.
+enum Kind : uint64_t {
+  kData = 0,
+  kHello = 1,
+  kBye = 2,     // closing send comm -> receive comm
+  kAck = 3,     // -> send comm: the bye was answered
+  kCredit = 4,  // -> send comm: receives posted (a count); repeated, a ping
+};
+constexpr int kKindShift = 56;
+constexpr uint32_t kMaxId = 0xffffff;
+
+uint64_t makeTag(uint64_t kind, uint32_t id, uint32_t low = 0) {
+  return (kind << kKindShift) | (static_cast<uint64_t>(id & kMaxId) << 32) | low;
+}
+
+// ---- wire formats --------------------------------------------------------------------
+
+struct WireHandle {
+  uint32_t magic;
+  uint32_t id;  // the receive comm's id
+  uint16_t addrLen;
+  uint8_t pad[6];
+  uint8_t addr[kMaxAddrBytes];  // the listening process's endpoint name
+};
+static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
+
+// The payload of a hello (connect -> accept) and of a bye (closing send comm
+// -> the receiving process): the sender's comm id and endpoint name.
+struct WireFrom {
+  uint32_t id;
+  uint32_t pad;
+  uint64_t sent;  // bye: data messages the send comm sent
+  uint16_t addrLen;
+  uint8_t pad2[6];
+  uint8_t addr[kMaxAddrBytes];
+};
+constexpr size_t kControlBytes = sizeof(WireFrom);
+
+// ---- the process's fabric --------------------------------------------------------------
+
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;  // guards everything below
+
+struct Lock {
+  Lock() { pthread_mutex_lock(&g_mu); }
+  ~Lock() { pthread_mutex_unlock(&g_mu); }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+};
+
+fi_info* g_info = nullptr;  // the chosen entry (owns the list it came from)
+fi_info* g_infoList = nullptr;
+fid_fabric* g_fabric = nullptr;
+fid_domain* g_domain = nullptr;
+fid_av* g_av = nullptr;
+fid_cq* g_cq = nullptr;
+fid_ep* g_ep = nullptr;
+uint8_t g_addr[kMaxAddrBytes];
+size_t g_addrLen = 0;
+bool g_ready = false;
+bool g_initFailed = false;
+char g_provName[64] = "";
+int g_speedMbps = 10000;
+uint32_t g_nextId = 0;
+
+char g_devName[] = "ofi";
+
+// The peers' addresses inserted so far: one fi_addr per address.
+struct Peer {
+  Peer* next;
+  fi_addr_t fiAddr;
+  size_t len;
+  uint8_t addr[kMaxAddrBytes];
+};
+Peer* g_peers = nullptr;
+
+uint32_t newId() {
+  g_nextId = (g_nextId + 1) & kMaxId;
+  if (g_nextId == 0) g_nextId = 1;
+  return g_nextId;
+}
+
+const char* fiErr(int err) { return fi_strerror(err < 0 ? -err : err); }
+
+// The address vector entry of a peer's endpoint name.
+NetResult peerAddress(const uint8_t* addr, size_t len, fi_addr_t* out) {
+  for (Peer* p = g_peers; p != nullptr; p = p->next) {
+    if (p->len == len && std::memcmp(p->addr, addr, len) == 0) {
+      *out = p->fiAddr;
+      return kNetSuccess;
+    }
+  }
+  fi_addr_t fa = FI_ADDR_NOTAVAIL;
+  int n = fi_av_insert(g_av, addr, 1, &fa, 0, nullptr);
+  if (n != 1) {
+    OFI_WARN("ofi: inserting a peer's address (%zu bytes) into the address vector failed: %s", len,
+             n < 0 ? fiErr(n) : "not inserted");
+    return kNetRemoteError;
+  }
+  Peer* p = new Peer();
+  p->fiAddr = fa;
+  p->len = len;
+  std::memcpy(p->addr, addr, len);
+  p->next = g_peers;
+  g_peers = p;
+  *out = fa;
+  return kNetSuccess;
+}
+
+// ---- operations -----------------------------------------------------------------------
+
+struct Comm;
+struct ListenComm;
+
+// Everything posted to libfabric; its context is `ctx` (first member: the
+// completion's op_context is the Op).
+struct Op {
+  fi_context2 ctx;
+  enum Role : uint8_t { kDataOp, kHelloRecv, kHelloSend, kControlRecv, kControlSend } role;
+  uint8_t kind;  // control messages: what it is (Kind)
+  bool complete;
+  bool failed;
+  bool orphan;                 // its owner closed; freed when it ends
+  int err;                     // the provider's error (positive errno), when failed
+  Comm* comm;                  // data, hello send, ping and bye sends, and the ack's target
+  ListenComm* listen;          // hello receive
+  uint64_t seq;                // posting order on its comm
+  size_t size;                 // send: bytes; recv: capacity
+  size_t length;               // recv: bytes received
+  uint8_t buf[kControlBytes];  // control payloads
+};
+
+struct Comm {
+  uint32_t magic;
+  bool isSend;
+  bool failed;
+  bool warned;
+  bool closing;  // a send comm waiting for the ack of its bye
+  int err;
+  uint32_t localId;   // send: its own id; receive: the id in its data tags
+  uint32_t remoteId;  // send: the receive comm's; receive: the send comm's
+  fi_addr_t peer;
+  int live;
+  uint64_t nextSeq;
+  uint64_t messages;  // send: data messages posted; receive: data messages received
+  uint64_t byeWants;  // receive: a bye arrived, acknowledge after this many messages
+  // Flow control: a send comm sends only into receives its peer has posted
+  // (`granted`, the peer's count of receives posted, against `messages`); a
+  // receive comm tells its sender each time it posted more (`posted`, of
+  // which `advertised` were told), one credit message in flight at a time.
+  uint64_t granted;
+  uint64_t posted;
+  uint64_t advertised;
+  Op* credit;  // receive comm: the credit in flight
+  bool byePending;
+  double lastActivity;
+  Op* ping;  // receive comm: the ping in flight
+  Op* reqs[kMaxRequests];
+  Op* hello;  // send comm: the hello in flight until connect hands it out
+  Op* bye;    // closing send comm: its bye
+  double closeDeadline;
+  // The control messages a comm receives, each posted with its exact tag and
+  // reposted when taken: a send comm's credits, pings and (closing) ack; a
+  // receive comm's bye.
+  Op* creditRecv;
+  Op* ackRecv;
+  Op* byeRecv;
+  Comm* next;  // g_comms
+};
+
+Comm* g_comms = nullptr;  // every comm, closing send comms included
+
+struct ListenComm {
+  uint32_t magic;
+  uint32_t id;
+  Op* hello;  // the posted receive of the hello
+  bool accepted;
+  NetResult error;
+};
+
+struct Region {
+  Region* next;
+  uintptr_t base;
+  size_t size;
+  fid_mr* mr;
+  int refs;
+};
+Region* g_regions = nullptr;
+
+struct MemHandle {
+  uint32_t magic;
+  Comm* comm;
+  Region* region;
+};
+
+Op* newOp(Op::Role role) {
+  Op* op = new Op();
+  std::memset(static_cast<void*>(op), 0, sizeof(*op));
+  op->role = role;
+  return op;
+}
+
+void unlinkComm(Comm* c) {
+  for (Comm** pp = &g_comms; *pp != nullptr; pp = &(*pp)->next) {
+    if (*pp == c) {
+      *pp = c->next;
+      return;
+    }
+  }
+}
+
+// Posts a send of `len` bytes of op->buf (or of `data`) with `tag`.
+ssize_t postSend(Op* op, const void* data, size_t len, void* desc, fi_addr_t to, uint64_t tag) {
+  return fi_tsend(g_ep, data, len, desc, to, tag, &op->ctx);
+}
+
+ssize_t postRecv(Op* op, void* data, size_t len, void* desc, uint64_t tag) {
+  return fi_trecv(g_ep, data, len, desc, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+}
+
+// Posts (or reposts) c's receive of control messages of `kind`.
+NetResult postControlRecv(Comm* c, Op** slot, Kind kind) {
+  Op* op = *slot;
+  if (op == nullptr) {
+    op = newOp(Op::kControlRecv);
+    op->comm = c;
+    op->kind = static_cast<uint8_t>(kind);
+  }
+  op->complete = false;
+  ssize_t rc = postRecv(op, op->buf, sizeof(op->buf), nullptr, makeTag(kind, c->localId));
+  if (rc != 0) {
+    OFI_WARN("ofi: posting the receive of a control message failed: %s",
+             fiErr(static_cast<int>(rc)));
+    delete op;
+    *slot = nullptr;
+    return kNetInternalError;
+  }
+  *slot = op;
+  return kNetSuccess;
+}
+
+// Frees a comm. Its control sends still in flight are freed when they end;
+// its control receives are cancelled, except a receive comm's bye: a sender
+// that closes after this comm still gets its answer.
+void freeComm(Comm* c) {
+  Op** sends[] = {&c->ping, &c->bye, &c->hello, &c->credit};
+  for (Op** op : sends) {
+    if (*op != nullptr) (*op)->orphan = true;
+    *op = nullptr;
+  }
+  Op** recvs[] = {&c->creditRecv, &c->ackRecv, &c->byeRecv};
+  for (Op** op : recvs) {
+    if (*op == nullptr) continue;
+    (*op)->orphan = true;
+    (*op)->comm = nullptr;
+    if (op != &c->byeRecv) fi_cancel(&g_ep->fid, &(*op)->ctx);
+    *op = nullptr;
+  }
+  unlinkComm(c);
+  c->magic = 0;
+  delete c;
+}
+
+void sendAck(fi_addr_t to, uint32_t sendId) {
+  Op* op = newOp(Op::kControlSend);
+  op->orphan = true;  // nobody waits for it
+  ssize_t rc = postSend(op, nullptr, 0, nullptr, to, makeTag(kAck, sendId));
+  if (rc != 0) {
+    OFI_INFO("ofi: acknowledging a peer's close failed: %s", fiErr(static_cast<int>(rc)));
+    delete op;
+  }
+}
+
+// A receive comm tells its sender how many receives it has posted (in
+// total), when that grew since it last said so and no word is in flight.
+void maybeCredit(Comm* c) {
+  if (c->isSend || c->failed || c->credit != nullptr || c->posted == c->advertised) return;
+  Op* op = newOp(Op::kControlSend);
+  op->comm = c;
+  std::memcpy(op->buf, &c->posted, sizeof(c->posted));
+  if (postSend(op, op->buf, sizeof(c->posted), nullptr, c->peer, makeTag(kCredit, c->remoteId)) !=
+      0) {
+    delete op;  // told with the next receive posted or test()
+    return;
+  }
+  c->advertised = c->posted;
+  c->credit = op;
+}
+
+// A receive comm acknowledges its sender's bye once it has taken every
+// message the bye counts.
+void maybeAck(Comm* c) {
+  if (!c->byePending || c->messages < c->byeWants) return;
+  c->byePending = false;
+  sendAck(c->peer, c->remoteId);
+}
+
+void failComm(Comm* c, int err) {
+  if (c->failed) return;
+  c->failed = true;
+  c->err = err;
+}
+
+// A bye arrived for a receive comm that was closed: answer at once (it
+// wants nothing more); the bye says where to.
+void answerOrphanBye(const Op* op) {
+  WireFrom from;
+  std::memset(&from, 0, sizeof(from));
+  std::memcpy(&from, op->buf, op->length < sizeof(from) ? op->length : sizeof(from));
+  if (op->length < offsetof(WireFrom, addr) || from.addrLen == 0 || from.addrLen > kMaxAddrBytes) {
+    OFI_WARN("ofi: a malformed bye (%zu bytes)", op->length);
+    return;
+  }
+  fi_addr_t to;
+  if (peerAddress(from.addr, from.addrLen, &to) == kNetSuccess) sendAck(to, from.id);
+}
+
+// A control message of comm c arrived: a credit (more receives posted), a
+// ping (nothing to do: its delivery was the point), a bye (answer once every
+// message it counts was taken), an ack (a closing send comm is done).
+void onControl(Comm* c, Op* op) {
+  switch (op->kind) {
+    case kCredit: {
+      uint64_t total = 0;
+      if (op->length == sizeof(total)) std::memcpy(&total, op->buf, sizeof(total));
+      if (total > c->granted) c->granted = total;
+      postControlRecv(c, &c->creditRecv, kCredit);
+      break;
+    }
+    case kBye: {
+      WireFrom from;
+      std::memset(&from, 0, sizeof(from));
+      std::memcpy(&from, op->buf, op->length < sizeof(from) ? op->length : sizeof(from));
+      c->byeRecv = nullptr;
+      delete op;
+      c->byeWants = from.sent;
+      c->byePending = true;
+      maybeAck(c);
+      break;
+    }
+    case kAck:
+      c->ackRecv = nullptr;
+      delete op;
+      if (c->closing) freeComm(c);
+      break;
+  }
+}
+
+// An operation ended (err == 0: with success).
+void onComplete(Op* op, size_t len, int err) {
+  op->complete = true;
+  op->length = len;
+  if (err != 0) {
+    op->failed = true;
+    op->err = err;
+  }
+  if (op->orphan) {
+    if (op->role == Op::kControlRecv && op->kind == kBye && err == 0) answerOrphanBye(op);
+    delete op;
+    return;
+  }
+  switch (op->role) {
+    case Op::kDataOp:
+      if (err == 0) {
+        op->comm->lastActivity = nowSec();
+        if (!op->comm->isSend) {
+          ++op->comm->messages;
+          maybeAck(op->comm);
+        }
+      } else if (err != FI_ECANCELED && err != FI_ETRUNC) {
+        failComm(op->comm, err);
+      }
+      break;
+    case Op::kHelloRecv:
+    case Op::kHelloSend:
+      break;  // accept() and connect() look
+    case Op::kControlRecv:
+      if (err == 0) {
+        onControl(op->comm, op);
+      } else if (err != FI_ECANCELED) {
+        failComm(op->comm, err);
+      }
+      break;
+    case Op::kControlSend: {
+      Comm* c = op->comm;
+      if (c->ping == op) {  // a ping: only its failure matters
+        c->ping = nullptr;
+        if (err != 0) failComm(c, err);
+      } else if (c->credit == op) {
+        c->credit = nullptr;
+        if (err != 0) {
+          failComm(c, err);
+        } else {
+          maybeCredit(c);
+        }
+      } else if (c->bye == op) {
+        c->bye = nullptr;
+        if (err != 0) freeComm(c);  // the peer is gone: nothing to wait for
+      }
+      delete op;
+      break;
+    }
+  }
+}
+
+// Closing send comms whose peer did not answer within kCloseTimeoutSec.
+void expireCloses() {
+  const double now = nowSec();
+  for (Comm* c = g_comms; c != nullptr;) {
+    Comm* next = c->next;
+    if (c->closing && now > c->closeDeadline) {
+      OFI_INFO("ofi: the peer did not answer the close of a connection within %.0f s",
+               kCloseTimeoutSec);
+      freeComm(c);
+    }
+    c = next;
+  }
+}
+
+// Reads the completion queue dry (bounded): every connection progresses.
+void progress() {
+  if (!g_ready) return;
+  expireCloses();
+  fi_cq_tagged_entry entries[16];
+  for (int round = 0; round < 8; ++round) {
+    ssize_t n = fi_cq_read(g_cq, entries, 16);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        Op* op = static_cast<Op*>(entries[i].op_context);
+        if (op != nullptr) onComplete(op, entries[i].len, 0);
+      }
+      if (n < 16) return;
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry e;
+      std::memset(&e, 0, sizeof(e));
+      if (fi_cq_readerr(g_cq, &e, 0) <= 0) return;
+      Op* op = static_cast<Op*>(e.op_context);
+      if (op == nullptr) {
+        OFI_WARN("ofi: an error without an operation: %s", fiErr(e.err));
+        continue;
+      }
+      if (e.err != FI_ECANCELED && e.err != FI_ETRUNC && !op->orphan)
+        OFI_INFO("ofi: an operation failed: %s (%s)", fiErr(e.err),
+                 fi_cq_strerror(g_cq, e.prov_errno, e.err_data, nullptr, 0));
+      onComplete(op, e.len, e.err == 0 ? FI_EIO : e.err);
+      continue;
+    }
+    return;  // -FI_EAGAIN or an error of the queue itself
+  }
+}
+
+// Progresses until `done` or the deadline.
+template <typename Done>
+void progressUntil(Done done, double seconds) {
+  const double deadline = nowSec() + seconds;
+  while (!done() && nowSec() < deadline) {
+    progress();
+    if (done()) return;
+    pthread_mutex_unlock(&g_mu);
+    sleepMicros(50);
+    pthread_mutex_lock(&g_mu);
+  }
+}
+
+// ---- init ---------------------------------------------------------------------------
+
+bool socketProvider(const fi_info* fi) {
+  const char* p = fi->fabric_attr->prov_name;
+  return std::strstr(p, "tcp") != nullptr || std::strstr(p, "sockets") != nullptr ||
+         std::strstr(p, "udp") != nullptr;
+}
+
+// The entry to use: the first that FI_PROVIDER (libfabric applied it) and the
+// interface allow; shm only when FI_PROVIDER asks for it.
+fi_info* chooseInfo(fi_info* list, const char* ifname) {
+  const char* forced = std::getenv("FI_PROVIDER");
+  for (int pass = 0; pass < 2; ++pass) {
+    for (fi_info* fi = list; fi != nullptr; fi = fi->next) {
+      const char* prov = fi->fabric_attr->prov_name;
+      if ((forced == nullptr || *forced == '\0') && std::strcmp(prov, "shm") == 0) continue;
+      if (ifname != nullptr && socketProvider(fi) &&
+          std::strcmp(fi->domain_attr->name, ifname) != 0)
+        continue;
+      // IPv4 first (tutti's TCP and the bootstrap speak IPv4).
+      if (pass == 0 && socketProvider(fi) && fi->addr_format != FI_SOCKADDR_IN) continue;
+      return fi;
+    }
+  }
+  return nullptr;
+}
+
+NetResult openFabric(fi_info* fi) {
+  int rc = fi_fabric(fi->fabric_attr, &g_fabric, nullptr);
+  if (rc == 0) rc = fi_domain(g_fabric, fi, &g_domain, nullptr);
+  if (rc != 0) {
+    OFI_WARN("ofi: opening the fabric or domain of %s failed: %s", fi->fabric_attr->prov_name,
+             fiErr(rc));
+    return kNetInternalError;
+  }
+  fi_cq_attr cqAttr;
+  std::memset(&cqAttr, 0, sizeof(cqAttr));
+  cqAttr.format = FI_CQ_FORMAT_TAGGED;
+  cqAttr.wait_obj = FI_WAIT_NONE;
+  rc = fi_cq_open(g_domain, &cqAttr, &g_cq, nullptr);
+  fi_av_attr avAttr;
+  std::memset(&avAttr, 0, sizeof(avAttr));
+  avAttr.type = fi->domain_attr->av_type != FI_AV_UNSPEC ? fi->domain_attr->av_type : FI_AV_TABLE;
+  if (rc == 0) rc = fi_av_open(g_domain, &avAttr, &g_av, nullptr);
+  if (rc == 0) rc = fi_endpoint(g_domain, fi, &g_ep, nullptr);
+  if (rc == 0) rc = fi_ep_bind(g_ep, &g_av->fid, 0);
+  if (rc == 0) rc = fi_ep_bind(g_ep, &g_cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc == 0) rc = fi_enable(g_ep);
+  if (rc != 0) {
+    OFI_WARN("ofi: opening an endpoint of %s failed: %s", fi->fabric_attr->prov_name, fiErr(rc));
+    return kNetInternalError;
+  }
+  g_addrLen = sizeof(g_addr);
+  rc = fi_getname(&g_ep->fid, g_addr, &g_addrLen);
+  if (rc != 0 || g_addrLen > kMaxAddrBytes) {
+    OFI_WARN("ofi: the endpoint's name (%zu bytes) %s", g_addrLen,
+             rc != 0 ? fiErr(rc) : "does not fit the connection handle");
+    return kNetInternalError;
+  }
+  return kNetSuccess;
+}
+
+NetResult ofiInit(NetLogger logger) {
+  setLogger(logger);
+  Lock lock;
+  if (g_ready) return kNetSuccess;
+  if (g_initFailed) return kNetInternalError;
+  g_initFailed = true;  // until it succeeded
+
+  const char* ifSource = "";
+  const char* spec = ifSpec(&ifSource);
+  Interface itf{};
+  const char* ifname = nullptr;
+  // shm posts at most FI_SHM_RX_SIZE receives per endpoint (1024 unless
+  // set): a process of many ranks posts more (one endpoint carries them all).
+  setenv("FI_SHM_RX_SIZE", "8192", /*overwrite=*/0);
+  if (spec != nullptr) {
+    NetResult r = chooseInterface("ofi", spec, &itf);
+    if (r != kNetSuccess) return r;
+    ifname = itf.name;
+    // libfabric's tcp provider reads this when it is first used, just below.
+    setenv("FI_TCP_IFACE", ifname, /*overwrite=*/0);
+  }
+
+  fi_info* hints = fi_allocinfo();
+  if (hints == nullptr) return kNetSystemError;
+  hints->caps = FI_TAGGED;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->tx_attr->msg_order = FI_ORDER_SAS;
+  hints->rx_attr->msg_order = FI_ORDER_SAS;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+  int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &g_infoList);
+  fi_freeinfo(hints);
+  if (rc != 0 || g_infoList == nullptr) {
+    const char* forced = std::getenv("FI_PROVIDER");
+    OFI_WARN("ofi: libfabric %u.%u has no provider for reliable tagged messages%s%s: %s",
+             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), forced ? " with FI_PROVIDER=" : "",
+             forced ? forced : "", fiErr(rc != 0 ? rc : FI_ENODATA));
+    return kNetInternalError;
+  }
+  g_info = chooseInfo(g_infoList, ifname);
+  if (g_info == nullptr) {
+    OFI_WARN("ofi: no libfabric provider of reliable tagged messages on interface %s (%s%s)%s",
+             ifname != nullptr ? ifname : "(any)", ifSource, spec != nullptr ? spec : "",
+             " (set FI_PROVIDER to use shm, which reaches one host only)");
+    return kNetInternalError;
+  }
+  NetResult r = openFabric(g_info);
+  if (r != kNetSuccess) return r;
+  std::snprintf(g_provName, sizeof(g_provName), "%s", g_info->fabric_attr->prov_name);
+  if (g_info->nic != nullptr && g_info->nic->link_attr != nullptr &&
+      g_info->nic->link_attr->speed > 0)
+    g_speedMbps = static_cast<int>(g_info->nic->link_attr->speed / 1000000);
+  g_ready = true;
+  g_initFailed = false;
+  if (spec != nullptr) {
+    OFI_INFO(
+        "ofi: init, libfabric %u.%u; provider %s, fabric %s, domain %s (interface %s from %s%s)",
+        FI_MAJOR(fi_version()), FI_MINOR(fi_version()), g_provName, g_info->fabric_attr->name,
+        g_info->domain_attr->name, ifname, ifSource, spec);
+  } else {
+    OFI_INFO("ofi: init, libfabric %u.%u; provider %s, fabric %s, domain %s",
+             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), g_provName, g_info->fabric_attr->name,
+             g_info->domain_attr->name);
+  }
+  return kNetSuccess;
+}
+
+NetResult ofiDevices(int* ndev) {
+  if (ndev == nullptr) return kNetInvalidArgument;
+  *ndev = 1;
+  return kNetSuccess;
+}
+
+template <typename Props>
+NetResult fillProperties(int dev, Props* props) {
+  if (props == nullptr || dev != 0) return kNetInvalidArgument;
+  std::memset(props, 0, sizeof(*props));
+  props->name = g_devName;
+  props->ptrSupport = kPtrHost;
+  props->speed = g_speedMbps;
+  props->port = 1;
+  props->maxComms = 65536;
+  props->maxRecvs = 1;
+  return kNetSuccess;
+}
+
+NetResult ofiGetPropertiesV8(int dev, NetPropertiesV8* props) { return fillProperties(dev, props); }
+
+NetResult ofiGetPropertiesV9(int dev, NetPropertiesV9* props) {
+  NetResult r = fillProperties(dev, props);
+  if (r != kNetSuccess) return r;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = 0;
+  props->maxP2pBytes = static_cast<size_t>(INT32_MAX);
+  props->maxCollBytes = static_cast<size_t>(INT32_MAX);
+  return kNetSuccess;
+}
+
+bool ready(const char* what) {
+  if (g_ready) return true;
+  OFI_WARN("ofi: %s before init", what);
+  return false;
+}
+
+Comm* newComm(bool isSend) {
+  Comm* c = new Comm();
+  std::memset(static_cast<void*>(c), 0, sizeof(*c));
+  c->magic = kCommMagic;
+  c->isSend = isSend;
+  c->lastActivity = nowSec();
+  c->next = g_comms;
+  g_comms = c;
+  return c;
+}
+
+// ---- listen / connect / accept -------------------------------------------------------
+
+NetResult ofiListen(int dev, void* handle, void** listenComm) {
+  if (handle == nullptr || listenComm == nullptr) return kNetInvalidArgument;
+  *listenComm = nullptr;
+  if (dev != 0) {
+    OFI_WARN("ofi: listen on device %d of 1", dev);
+    return kNetInvalidArgument;
+  }
+  Lock lock;
+  if (!ready("listen")) return kNetInternalError;
+  ListenComm* l = new ListenComm();
+  std::memset(static_cast<void*>(l), 0, sizeof(*l));
+  l->magic = kListenMagic;
+  l->id = newId();
+  l->hello = newOp(Op::kHelloRecv);
+  l->hello->listen = l;
+  ssize_t rc =
+      postRecv(l->hello, l->hello->buf, sizeof(l->hello->buf), nullptr, makeTag(kHello, l->id));
+  if (rc != 0) {
+    OFI_WARN("ofi: listen: posting the hello receive failed: %s", fiErr(static_cast<int>(rc)));
+    delete l->hello;
+    delete l;
+    return kNetInternalError;
+  }
+  WireHandle h;
+  std::memset(&h, 0, sizeof(h));
+  h.magic = kHandleMagic;
+  h.id = l->id;
+  h.addrLen = static_cast<uint16_t>(g_addrLen);
+  std::memcpy(h.addr, g_addr, g_addrLen);
+  std::memset(handle, 0, kHandleBytes);
+  std::memcpy(handle, &h, sizeof(h));
+  *listenComm = l;
+  return kNetSuccess;
+}
+
+NetResult ofiConnect(int dev, void* handle, void** sendComm) {
+  if (handle == nullptr || sendComm == nullptr) return kNetInvalidArgument;
+  *sendComm = nullptr;
+  if (dev != 0) return kNetInvalidArgument;
+  WireHandle h;
+  std::memcpy(&h, handle, sizeof(h));
+  if (h.magic != kHandleMagic || h.addrLen == 0 || h.addrLen > kMaxAddrBytes) {
+    OFI_WARN("ofi: connect: not a handle of this plugin");
+    return kNetInvalidArgument;
+  }
+  Lock lock;
+  if (!ready("connect")) return kNetInternalError;
+  // connect() is called again with the same handle until it hands out a
+  // comm: the send comm in the making is found by the handle's id and peer.
+  fi_addr_t peer;
+  NetResult r = peerAddress(h.addr, h.addrLen, &peer);
+  if (r != kNetSuccess) return r;
+  Comm* c = nullptr;
+  for (Comm* x = g_comms; x != nullptr; x = x->next)
+    if (x->isSend && x->hello != nullptr && x->remoteId == h.id && x->peer == peer) c = x;
+  if (c == nullptr) {
+    c = newComm(true);
+    c->localId = newId();
+    c->remoteId = h.id;
+    c->peer = peer;
+    if (postControlRecv(c, &c->creditRecv, kCredit) != kNetSuccess) {
+      freeComm(c);
+      return kNetInternalError;
+    }
+    Op* op = newOp(Op::kHelloSend);
+    op->comm = c;
+    WireFrom from;
+    std::memset(&from, 0, sizeof(from));
+    from.id = c->localId;
+    from.addrLen = static_cast<uint16_t>(g_addrLen);
+    std::memcpy(from.addr, g_addr, g_addrLen);
+    std::memcpy(op->buf, &from, sizeof(from));
+    ssize_t rc = postSend(op, op->buf, sizeof(from), nullptr, peer, makeTag(kHello, h.id));
+    if (rc == -FI_EAGAIN) {
+      delete op;
+      freeComm(c);
+      progress();
+      return kNetSuccess;  // call again
+    }
+    if (rc != 0) {
+      OFI_WARN("ofi: connect: sending the hello failed: %s", fiErr(static_cast<int>(rc)));
+      delete op;
+      freeComm(c);
+      return kNetRemoteError;
+    }
+    c->hello = op;
+  }
+  progress();
+  Op* op = c->hello;
+  if (!op->complete) return kNetSuccess;
+  c->hello = nullptr;
+  const int err = op->failed ? op->err : 0;
+  delete op;
+  if (err != 0) {
+    OFI_WARN("ofi: connect: the listening peer could not be reached: %s (provider %s)", fiErr(err),
+             g_provName);
+    freeComm(c);
+    return kNetRemoteError;
+  }
+  c->lastActivity = nowSec();
+  *sendComm = c;
+  return kNetSuccess;
+}
+
+NetResult ofiAccept(void* listenComm, void** recvComm) {
+  if (listenComm == nullptr || recvComm == nullptr) return kNetInvalidArgument;
+  *recvComm = nullptr;
+  ListenComm* l = static_cast<ListenComm*>(listenComm);
+  Lock lock;
+  if (l->magic != kListenMagic) {
+    OFI_WARN("ofi: accept: %p is not a listen comm", listenComm);
+    return kNetInvalidArgument;
+  }
+  if (l->accepted) {
+    OFI_WARN("ofi: accept: this listen comm's connection was accepted already");
+    return kNetInvalidUsage;
+  }
+  if (l->error != kNetSuccess) return l->error;
+  progress();
+  Op* op = l->hello;
+  if (!op->complete) return kNetSuccess;  // nobody yet
+  WireFrom from;
+  std::memcpy(&from, op->buf, sizeof(from));
+  if (op->failed || op->length < offsetof(WireFrom, addr) || from.addrLen == 0 ||
+      from.addrLen > kMaxAddrBytes || op->length < offsetof(WireFrom, addr) + from.addrLen) {
+    OFI_WARN("ofi: accept: bad hello from the connecting peer (%s, %zu bytes)",
+             op->failed ? fiErr(op->err) : "received", op->length);
+    l->error = kNetInternalError;
+    return l->error;
+  }
+  fi_addr_t peer;
+  NetResult r = peerAddress(from.addr, from.addrLen, &peer);
+  if (r != kNetSuccess) {
+    l->error = r;
+    return r;
+  }
+  Comm* c = newComm(false);
+  c->localId = l->id;
+  c->remoteId = from.id;
+  c->peer = peer;
+  if (postControlRecv(c, &c->byeRecv, kBye) != kNetSuccess) {
+    freeComm(c);
+    l->error = kNetInternalError;
+    return l->error;
+  }
+  l->accepted = true;
+  *recvComm = c;
+  return kNetSuccess;
+}
+
+// ---- memory registration ---------------------------------------------------------------
+
+Comm* asComm(void* p) {
+  Comm* c = static_cast<Comm*>(p);
+  return (c != nullptr && c->magic == kCommMagic && !c->closing) ? c : nullptr;
+}
+
+NetResult ofiRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (mhandle == nullptr) return kNetInvalidArgument;
+  *mhandle = nullptr;
+  Lock lock;
+  Comm* c = asComm(comm);
+  if (c == nullptr) {
+    OFI_WARN("ofi: regMr: %p is not a send or receive comm", comm);
+    return kNetInvalidArgument;
+  }
+  if (type != kPtrHost) {
+    OFI_WARN("ofi: regMr: pointer type %d not supported (host memory only)", type);
+    return kNetInvalidArgument;
+  }
+  const uintptr_t base = reinterpret_cast<uintptr_t>(data);
+  Region* reg = nullptr;
+  for (Region* x = g_regions; x != nullptr && reg == nullptr; x = x->next)
+    if (base >= x->base && base - x->base <= x->size && size <= x->size - (base - x->base)) reg = x;
+  if (reg == nullptr) {
+    // Keys matter only to providers that do not choose them (FI_MR_PROV_KEY
+    // unset): each registration gets one of its own.
+    static uint64_t nextKey = 0;
+    fid_mr* mr = nullptr;
+    int rc = fi_mr_reg(g_domain, data, size, FI_SEND | FI_RECV, 0, ++nextKey, 0, &mr, nullptr);
+    if (rc == 0 && (g_info->domain_attr->mr_mode & FI_MR_ENDPOINT) != 0) {
+      rc = fi_mr_bind(mr, &g_ep->fid, 0);
+      if (rc == 0) rc = fi_mr_enable(mr);
+    }
+    if (rc != 0) {
+      OFI_WARN("ofi: regMr of %p (%zu bytes) failed: %s", data, size, fiErr(rc));
+      if (mr != nullptr) fi_close(&mr->fid);
+      return kNetSystemError;
+    }
+    reg = new Region();
+    reg->base = base;
+    reg->size = size;
+    reg->mr = mr;
+    reg->next = g_regions;
+    g_regions = reg;
+  }
+  ++reg->refs;
+  MemHandle* mh = new MemHandle();
+  mh->magic = kMrMagic;
+  mh->comm = c;
+  mh->region = reg;
+  *mhandle = mh;
+  return kNetSuccess;
+}
+
+NetResult ofiRegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
+  if (mhandle != nullptr) *mhandle = nullptr;
+  OFI_WARN("ofi: regMrDmaBuf is not supported (host memory only)");
+  return kNetInternalError;
+}
+
+NetResult ofiDeregMr(void*, void* mhandle) {
+  MemHandle* mh = static_cast<MemHandle*>(mhandle);
+  if (mh == nullptr) return kNetSuccess;
+  Lock lock;
+  if (mh->magic != kMrMagic) {
+    OFI_WARN("ofi: deregMr: %p is not a memory handle", mhandle);
+    return kNetInvalidArgument;
+  }
+  Region* reg = mh->region;
+  mh->magic = 0;
+  delete mh;
+  if (--reg->refs > 0) return kNetSuccess;
+  for (Region** pp = &g_regions; *pp != nullptr; pp = &(*pp)->next) {
+    if (*pp == reg) {
+      *pp = reg->next;
+      break;
+    }
+  }
+  fi_close(&reg->mr->fid);
+  delete reg;
+  return kNetSuccess;
+}
+
+// The descriptor of [data, data+size) if it lies in mhandle's region on c.
+NetResult checkRegistered(const char* what, Comm* c, void* data, size_t size, void* mhandle,
+                          void** desc) {
+  MemHandle* mh = static_cast<MemHandle*>(mhandle);
+  if (mh == nullptr || mh->magic != kMrMagic || mh->comm != c) {
+    OFI_WARN("ofi: %s: buffer %p (%zu bytes) was not registered on this comm (mhandle %p)", what,
+             data, size, mhandle);
+    return kNetInvalidUsage;
+  }
+  const Region* reg = mh->region;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(data);
+  if (size > 0 &&
+      (p < reg->base || p - reg->base > reg->size || size > reg->size - (p - reg->base))) {
+    OFI_WARN("ofi: %s: buffer %p (%zu bytes) was not registered (mhandle covers %p, %zu bytes)",
+             what, data, size, reinterpret_cast<void*>(reg->base), reg->size);
+    return kNetInvalidUsage;
+  }
+  *desc = fi_mr_desc(reg->mr);
+  return kNetSuccess;
+}
+
+// ---- isend / irecv / test ---------------------------------------------------------------
+
+NetResult failedComm(Comm* c, const char* what) {
+  if (!c->warned) {
+    c->warned = true;
+    OFI_WARN("ofi: %s: connection to peer failed: %s (provider %s)", what, fiErr(c->err),
+             g_provName);
+  }
+  return kNetRemoteError;
+}
+
+// A free request slot, or nullptr when kMaxRequests are in flight.
+Op** takeSlot(Comm* c) {
+  if (c->live >= kMaxRequests) return nullptr;
+  for (Op*& slot : c->reqs)
+    if (slot == nullptr) return &slot;
+  return nullptr;
+}
+
+Op* startRequest(Comm* c, Op** slot, size_t size) {
+  Op* op = newOp(Op::kDataOp);
+  op->comm = c;
+  op->seq = c->nextSeq++;
+  op->size = size;
+  *slot = op;
+  ++c->live;
+  return op;
+}
+
+void dropRequest(Comm* c, Op* op) {
+  for (Op*& slot : c->reqs)
+    if (slot == op) slot = nullptr;
+  --c->live;
+}
+
+NetResult ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                   void** request) {
+  if (request == nullptr) return kNetInvalidArgument;
+  *request = nullptr;
+  Lock lock;
+  Comm* c = asComm(sendComm);
+  if (c == nullptr || !c->isSend) {
+    OFI_WARN("ofi: isend: %p is not a send comm", sendComm);
+    return kNetInvalidArgument;
+  }
+  if (size > 0 && data == nullptr) {
+    OFI_WARN("ofi: isend: bad buffer %p of %zu bytes", data, size);
+    return kNetInvalidArgument;
+  }
+  void* desc = nullptr;
+  NetResult r = checkRegistered("isend", c, data, size, mhandle, &desc);
+  if (r != kNetSuccess) return r;
+  if (c->failed) return failedComm(c, "isend");
+  if (c->messages >= c->granted) {
+    progress();                                         // a credit may be waiting
+    if (c->messages >= c->granted) return kNetSuccess;  // no request: retry
+  }
+  Op** slot = takeSlot(c);
+  if (slot == nullptr) return kNetSuccess;
+  Op* op = startRequest(c, slot, size);
+  ssize_t rc = postSend(op, data, size, desc, c->peer,
+                        makeTag(kData, c->remoteId, static_cast<uint32_t>(tag)));
+  if (rc != 0) {
+    dropRequest(c, op);
+    --c->nextSeq;
+    delete op;
+    if (rc == -FI_EAGAIN) {
+      progress();
+      return kNetSuccess;  // no request: retry
+    }
+    OFI_WARN("ofi: isend of %zu bytes failed: %s", size, fiErr(static_cast<int>(rc)));
+    return kNetRemoteError;
+  }
+  ++c->messages;
+  *request = op;
+  return kNetSuccess;
+}
+
+NetResult ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                   void** request) {
+  if (request == nullptr) return kNetInvalidArgument;
+  *request = nullptr;
+  Lock lock;
+  Comm* c = asComm(recvComm);
+  if (c == nullptr || c->isSend) {
+    OFI_WARN("ofi: irecv: %p is not a receive comm", recvComm);
+    return kNetInvalidArgument;
+  }
+  if (n != 1) {
+    OFI_WARN("ofi: irecv: %d buffers, but maxRecvs is 1", n);
+    return kNetInvalidArgument;
+  }
+  if (data == nullptr || sizes == nullptr || tags == nullptr || mhandles == nullptr) {
+    OFI_WARN("ofi: irecv: NULL array argument");
+    return kNetInvalidArgument;
+  }
+  const size_t size = sizes[0];
+  if (size > 0 && data[0] == nullptr) {
+    OFI_WARN("ofi: irecv: bad buffer %p of %zu bytes", data[0], size);
+    return kNetInvalidArgument;
+  }
+  void* desc = nullptr;
+  NetResult r = checkRegistered("irecv", c, data[0], size, mhandles[0], &desc);
+  if (r != kNetSuccess) return r;
+  if (c->failed) return failedComm(c, "irecv");
+  Op** slot = takeSlot(c);
+  if (slot == nullptr) return kNetSuccess;
+  if (c->live == 0) c->lastActivity = nowSec();  // the wait starts now
+  Op* op = startRequest(c, slot, size);
+  ssize_t rc =
+      postRecv(op, data[0], size, desc, makeTag(kData, c->localId, static_cast<uint32_t>(tags[0])));
+  if (rc != 0) {
+    dropRequest(c, op);
+    --c->nextSeq;
+    delete op;
+    if (rc == -FI_EAGAIN) {
+      progress();
+      return kNetSuccess;
+    }
+    OFI_WARN("ofi: irecv of %zu bytes failed: %s", size, fiErr(static_cast<int>(rc)));
+    return kNetRemoteError;
+  }
+  ++c->posted;
+  maybeCredit(c);
+  *request = op;
+  return kNetSuccess;
+}
+
+NetResult ofiIflush(void*, int, void**, int*, void**, void** request) {
+  if (request != nullptr) *request = nullptr;
+  return kNetSuccess;
+}
+
+// A receive comm whose requests have waited kPingSec makes sure its sender is
+// still there: a ping to a gone process or endpoint fails.
+void maybePing(Comm* c) {
+  if (c->isSend || c->failed || c->ping != nullptr || c->live == 0) return;
+  const double now = nowSec();
+  if (now - c->lastActivity < kPingSec) return;
+  c->lastActivity = now;
+  // The ping is the credit told last, again: the sender takes it as any
+  // credit (a total, so repeating it changes nothing).
+  Op* op = newOp(Op::kControlSend);
+  op->comm = c;
+  std::memcpy(op->buf, &c->advertised, sizeof(c->advertised));
+  if (postSend(op, op->buf, sizeof(c->advertised), nullptr, c->peer,
+               makeTag(kCredit, c->remoteId)) != 0) {
+    delete op;
+    return;
+  }
+  c->ping = op;
+}
+
+NetResult ofiTest(void* request, int* done, int* sizes) {
+  if (request == nullptr || done == nullptr) return kNetInvalidArgument;
+  *done = 0;
+  Lock lock;
+  Op* q = static_cast<Op*>(request);
+  Comm* c = q->role == Op::kDataOp ? q->comm : nullptr;
+  bool live = false;
+  if (c != nullptr && c->magic == kCommMagic)
+    for (Op* slot : c->reqs) live = live || slot == q;
+  if (!live) {
+    OFI_WARN("ofi: test: %p is not a live request", request);
+    return kNetInvalidArgument;
+  }
+  progress();
+  // Done in posting order: q only once every earlier request has completed.
+  bool earlierPending = false;
+  for (Op* r : c->reqs)
+    if (r != nullptr && r->seq < q->seq && !r->complete) earlierPending = true;
+  if (q->complete && !earlierPending) {
+    if (!q->failed) {
+      *done = 1;
+      if (sizes != nullptr) *sizes = static_cast<int>(c->isSend ? q->size : q->length);
+      dropRequest(c, q);
+      delete q;
+      return kNetSuccess;
+    }
+    if (q->err == FI_ETRUNC) {
+      OFI_WARN("ofi: irecv: the message is larger than the posted buffer of %zu bytes", q->size);
+      return kNetInternalError;
+    }
+    failComm(c, q->err);
+    return failedComm(c, c->isSend ? "isend" : "irecv");
+  }
+  if (c->failed) return failedComm(c, c->isSend ? "isend" : "irecv");
+  maybeCredit(c);
+  maybePing(c);
+  return kNetSuccess;
+}
+
+// ---- close ---------------------------------------------------------------------------------
+
+// Ends the comm's operations still in flight: receives are cancelled, and
+// every operation is waited for (at most kCloseTimeoutSec: beyond that, left
+// to finish on its own, freed when it does).
+void quiesce(Comm* c) {
+  bool any = false;
+  for (Op* op : c->reqs) {
+    if (op == nullptr || op->complete) continue;
+    any = true;
+    if (!c->isSend) fi_cancel(&g_ep->fid, &op->ctx);
+  }
+  if (any) {
+    progressUntil(
+        [c] {
+          for (Op* op : c->reqs)
+            if (op != nullptr && !op->complete) return false;
+          return true;
+        },
+        kCloseTimeoutSec);
+  }
+  for (Op*& op : c->reqs) {
+    if (op == nullptr) continue;
+    if (op->complete) {
+      delete op;
+    } else {
+      OFI_WARN("ofi: closing a connection whose %s has not ended within %.0f s",
+               c->isSend ? "send" : "receive", kCloseTimeoutSec);
+      op->orphan = true;
+    }
+    op = nullptr;
+  }
+  c->live = 0;
+  if (c->ping != nullptr) {
+    c->ping->orphan = true;
+    c->ping = nullptr;
+  }
+}
+
+NetResult ofiCloseSend(void* sendComm) {
+  if (sendComm == nullptr) return kNetSuccess;
+  Lock lock;
+  Comm* c = asComm(sendComm);
+  if (c == nullptr || !c->isSend) {
+    OFI_WARN("ofi: closeSend: %p is not a send comm", sendComm);
+    return kNetInvalidArgument;
+  }
+  progress();
+  bool pending = false;
+  for (Op* op : c->reqs) pending = pending || (op != nullptr && !op->complete);
+  quiesce(c);
+  if (pending || c->failed) {
+    freeComm(c);
+    return kNetSuccess;
+  }
+  // The bye follows every message; the receiving process acks once its
+  // receive comm took them all (or is gone).
+  if (postControlRecv(c, &c->ackRecv, kAck) != kNetSuccess) {
+    freeComm(c);
+    return kNetSuccess;
+  }
+  Op* op = newOp(Op::kControlSend);
+  op->comm = c;
+  WireFrom from;
+  std::memset(&from, 0, sizeof(from));
+  from.id = c->localId;
+  from.sent = c->messages;
+  from.addrLen = static_cast<uint16_t>(g_addrLen);
+  std::memcpy(from.addr, g_addr, g_addrLen);
+  std::memcpy(op->buf, &from, sizeof(from));
+  if (postSend(op, op->buf, sizeof(from), nullptr, c->peer, makeTag(kBye, c->remoteId)) != 0) {
+    delete op;
+    freeComm(c);
+    return kNetSuccess;
+  }
+  c->bye = op;
+  c->closing = true;
+  c->closeDeadline = nowSec() + kCloseTimeoutSec;
+  progress();
+  return kNetSuccess;
+}
+
+NetResult ofiCloseRecv(void* recvComm) {
+  if (recvComm == nullptr) return kNetSuccess;
+  Lock lock;
+  Comm* c = asComm(recvComm);
+  if (c == nullptr || c->isSend) {
+    OFI_WARN("ofi: closeRecv: %p is not a receive comm", recvComm);
+    return kNetInvalidArgument;
+  }
+  quiesce(c);
+  if (c->byePending) sendAck(c->peer, c->remoteId);  // it wants nothing more
+  freeComm(c);
+  return kNetSuccess;
+}
+
+NetResult ofiCloseListen(void* listenComm) {
+  if (listenComm == nullptr) return kNetSuccess;
+  Lock lock;
+  ListenComm* l = static_cast<ListenComm*>(listenComm);
+  if (l->magic != kListenMagic) {
+    OFI_WARN("ofi: closeListen: %p is not a listen comm", listenComm);
+    return kNetInvalidArgument;
+  }
+  Op* op = l->hello;
+  if (op->complete) {
+    delete op;
+  } else {
+    fi_cancel(&g_ep->fid, &op->ctx);
+    op->orphan = true;  // freed by its cancellation
+  }
+  l->magic = 0;
+  delete l;
+  return kNetSuccess;
+}
+
+// At exit: closing send comms get their acks (bounded), so that a process
+// that closes and exits at once still lets its peers take its last messages.
+__attribute__((destructor)) void finishCloses() {
+  Lock lock;
+  if (!g_ready) return;
+  progressUntil(
+      [] {
+        for (Comm* c = g_comms; c != nullptr; c = c->next)
+          if (c->closing) return false;
+        return true;
+      },
+      kCloseTimeoutSec);
+}
+
+// ---- the ABI's entry points ----------------------------------------------------------------
+
+NetResult v8Connect(int dev, void* handle, void** sendComm, NetDeviceHandle**) {
+  return ofiConnect(dev, handle, sendComm);
+}
+NetResult v8Accept(void* listenComm, void** recvComm, NetDeviceHandle**) {
+  return ofiAccept(listenComm, recvComm);
+}
+NetResult v8Isend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+  if (size < 0) {
+    OFI_WARN("ofi: isend of %d bytes", size);
+    return kNetInvalidArgument;
+  }
+  return ofiIsend(sendComm, data, static_cast<size_t>(size), tag, mhandle, request);
+}
+NetResult v8Irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                  void** request) {
+  if (n != 1 || sizes == nullptr || sizes[0] < 0) {
+    OFI_WARN("ofi: irecv: %d buffers (maxRecvs is 1) of %d bytes", n, sizes ? sizes[0] : -1);
+    return kNetInvalidArgument;
+  }
+  size_t size = static_cast<size_t>(sizes[0]);
+  return ofiIrecv(recvComm, n, data, &size, tags, mhandles, request);
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) NetResult tuttiNetSetOption(const char* key,
+                                                                              const char* value) {
+  return setOption(key, value);
+}
+
+// v9 (sizes as size_t) and v8 for loaders that know no newer table.
+extern "C" __attribute__((visibility("default")))
+const tutti::transport::ncclnet::NetV9 ncclNetPlugin_v9 = {
+    "ofi",     ofiInit,  ofiDevices,     ofiGetPropertiesV9, ofiListen,      v8Connect,
+    v8Accept,  ofiRegMr, ofiRegMrDmaBuf, ofiDeregMr,         ofiIsend,       ofiIrecv,
+    ofiIflush, ofiTest,  ofiCloseSend,   ofiCloseRecv,       ofiCloseListen,
+    nullptr,  // getDeviceMr
+    nullptr,  // irecvConsumed
+    nullptr,  // makeVDevice
+};
+
+extern "C" __attribute__((visibility("default")))
+const tutti::transport::ncclnet::NetV8 ncclNetPlugin_v8 = {
+    "ofi",     ofiInit,  ofiDevices,     ofiGetPropertiesV8, ofiListen,      v8Connect,
+    v8Accept,  ofiRegMr, ofiRegMrDmaBuf, ofiDeregMr,         v8Isend,        v8Irecv,
+    ofiIflush, ofiTest,  ofiCloseSend,   ofiCloseRecv,       ofiCloseListen,
+    nullptr,  // getDeviceMr
+    nullptr,  // irecvConsumed
+};
