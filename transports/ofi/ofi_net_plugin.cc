@@ -61,6 +61,8 @@
 //   that interface, and FI_TCP_IFACE is set to it unless it is set already.
 //   Providers of other kinds (verbs, efa, shm) are not filtered. Without
 //   FI_PROVIDER, shm is passed over: it reaches one host only.
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -68,6 +70,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -95,7 +98,8 @@ constexpr uint32_t kMrMagic = 0x4f46494du;      // "OFIM"
 
 constexpr int kMaxRequests = 32;
 constexpr double kCloseTimeoutSec = 2.0;
-constexpr double kPingSec = 1.0;
+constexpr double kLivenessCheckSec = 0.1;  // how often the liveness sockets are polled
+constexpr double kGoneGraceSec = 0.5;       // a gone peer's last messages may still arrive
 constexpr size_t kMaxAddrBytes = 96;  // what fits the handle beside its header
 
 // ---- tags ----------------------------------------------------------------------------
@@ -109,7 +113,7 @@ enum Kind : uint64_t {
   kHello = 1,
   kBye = 2,     // closing send comm -> receive comm
   kAck = 3,     // -> send comm: the bye was answered
-  kCredit = 4,  // -> send comm: receives posted (a count); repeated, a ping
+  kCredit = 4,  // -> send comm: receives posted (a count)
 };
 constexpr int kKindShift = 56;
 constexpr uint32_t kMaxId = 0xffffff;
@@ -124,7 +128,8 @@ struct WireHandle {
   uint32_t magic;
   uint32_t id;  // the receive comm's id
   uint16_t addrLen;
-  uint8_t pad[6];
+  uint16_t livePort;  // the listening process's liveness socket (network order)
+  uint32_t liveIp;
   uint8_t addr[kMaxAddrBytes];  // the listening process's endpoint name
 };
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
@@ -136,7 +141,8 @@ struct WireFrom {
   uint32_t pad;
   uint64_t sent;  // bye: data messages the send comm sent
   uint16_t addrLen;
-  uint8_t pad2[6];
+  uint16_t livePort;
+  uint32_t liveIp;
   uint8_t addr[kMaxAddrBytes];
 };
 constexpr size_t kControlBytes = sizeof(WireFrom);
@@ -169,14 +175,140 @@ uint32_t g_nextId = 0;
 
 char g_devName[] = "ofi";
 
-// The peers' addresses inserted so far: one fi_addr per address.
+// The peer processes: one fi_addr per endpoint name, and a liveness socket.
+//
+// A receive posted on an RDM endpoint waits for any sender, and libfabric's
+// tcp provider (through rxm) answers a send to a process that is gone with
+// -FI_EAGAIN for ever (it tries to connect again), which a busy peer's full
+// socket also gives: neither says that a peer died. So every process listens
+// on a TCP socket of its own (its address travels in the handle and the
+// hello) and connects once to each peer process's: the operating system
+// closes a process's sockets when it dies, and the closed connection is the
+// news (within kLivenessCheckSec, on every host the process could reach).
+// The sockets carry no data.
 struct Peer {
   Peer* next;
   fi_addr_t fiAddr;
   size_t len;
   uint8_t addr[kMaxAddrBytes];
+  uint32_t liveIp;  // network order; 0: no liveness socket (a peer without)
+  uint16_t livePort;
+  int liveFd;
+  bool connecting;
+  bool gone;
+  double goneSince;
 };
 Peer* g_peers = nullptr;
+
+int g_liveListen = -1;
+uint32_t g_liveIp = 0;  // network order
+uint16_t g_livePort = 0;
+double g_lastLivenessCheck = 0;
+
+// Connections accepted on the liveness socket: held open, read until closed.
+struct Held {
+  Held* next;
+  int fd;
+};
+Held* g_held = nullptr;
+
+NetResult openLiveness(const Interface& itf) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in sa = itf.addr;
+  sa.sin_port = 0;
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      listen(fd, 128) != 0 || getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    OFI_WARN("ofi: the liveness socket on %s (%s): %s", itf.addrStr, itf.name,
+             std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return kNetSystemError;
+  }
+  g_liveListen = fd;
+  g_liveIp = sa.sin_addr.s_addr;
+  g_livePort = sa.sin_port;
+  return kNetSuccess;
+}
+
+void markGone(Peer* p) {
+  if (p->gone) return;
+  p->gone = true;
+  p->goneSince = nowSec();
+  if (p->liveFd >= 0) close(p->liveFd);
+  p->liveFd = -1;
+}
+
+void startLiveness(Peer* p) {
+  if (p->liveFd >= 0 || p->gone || p->livePort == 0) return;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;  // no check for this peer; its transport's errors remain
+  sockaddr_in sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = p->liveIp;
+  sa.sin_port = p->livePort;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+    p->liveFd = fd;
+  } else if (errno == EINPROGRESS) {
+    p->liveFd = fd;
+    p->connecting = true;
+  } else {
+    close(fd);
+    markGone(p);  // refused: nothing listens there any more
+  }
+}
+
+// Accepts and drains what comes in on the liveness socket; notices peers
+// whose connection closed. At most every kLivenessCheckSec.
+void checkLiveness() {
+  const double now = nowSec();
+  if (g_liveListen < 0 || now - g_lastLivenessCheck < kLivenessCheckSec) return;
+  g_lastLivenessCheck = now;
+  for (;;) {
+    int fd = accept4(g_liveListen, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    Held* h = new Held();
+    h->fd = fd;
+    h->next = g_held;
+    g_held = h;
+  }
+  char scratch[64];
+  for (Held** hp = &g_held; *hp != nullptr;) {
+    Held* h = *hp;
+    ssize_t n = recv(h->fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      close(h->fd);
+      *hp = h->next;
+      delete h;
+      continue;
+    }
+    hp = &h->next;
+  }
+  for (Peer* p = g_peers; p != nullptr; p = p->next) {
+    if (p->liveFd < 0) continue;
+    pollfd pfd{p->liveFd, static_cast<short>(POLLIN | POLLRDHUP | (p->connecting ? POLLOUT : 0)), 0};
+    if (poll(&pfd, 1, 0) <= 0) continue;
+    if (p->connecting && (pfd.revents & (POLLOUT | POLLERR | POLLHUP)) != 0) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(p->liveFd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        markGone(p);
+        continue;
+      }
+      p->connecting = false;
+    }
+    if ((pfd.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0) {
+      markGone(p);
+      continue;
+    }
+    if ((pfd.revents & POLLIN) != 0) {
+      ssize_t n = recv(p->liveFd, scratch, sizeof(scratch), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        markGone(p);
+    }
+  }
+}
 
 uint32_t newId() {
   g_nextId = (g_nextId + 1) & kMaxId;
@@ -187,10 +319,11 @@ uint32_t newId() {
 const char* fiErr(int err) { return fi_strerror(err < 0 ? -err : err); }
 
 // The address vector entry of a peer's endpoint name.
-NetResult peerAddress(const uint8_t* addr, size_t len, fi_addr_t* out) {
+NetResult peerAddress(const uint8_t* addr, size_t len, uint32_t liveIp, uint16_t livePort,
+                      Peer** out) {
   for (Peer* p = g_peers; p != nullptr; p = p->next) {
     if (p->len == len && std::memcmp(p->addr, addr, len) == 0) {
-      *out = p->fiAddr;
+      *out = p;
       return kNetSuccess;
     }
   }
@@ -202,12 +335,17 @@ NetResult peerAddress(const uint8_t* addr, size_t len, fi_addr_t* out) {
     return kNetRemoteError;
   }
   Peer* p = new Peer();
+  std::memset(static_cast<void*>(p), 0, sizeof(*p));
   p->fiAddr = fa;
   p->len = len;
   std::memcpy(p->addr, addr, len);
+  p->liveIp = liveIp;
+  p->livePort = livePort;
+  p->liveFd = -1;
   p->next = g_peers;
   g_peers = p;
-  *out = fa;
+  startLiveness(p);
+  *out = p;
   return kNetSuccess;
 }
 
@@ -226,7 +364,7 @@ struct Op {
   bool failed;
   bool orphan;                 // its owner closed; freed when it ends
   int err;                     // the provider's error (positive errno), when failed
-  Comm* comm;                  // data, hello send, ping and bye sends, and the ack's target
+  Comm* comm;                  // its connection (data, hello, credit, bye, ack)
   ListenComm* listen;          // hello receive
   uint64_t seq;                // posting order on its comm
   size_t size;                 // send: bytes; recv: capacity
@@ -240,10 +378,12 @@ struct Comm {
   bool failed;
   bool warned;
   bool closing;  // a send comm waiting for the ack of its bye
+  bool gone;     // failed because the peer's process is gone
   int err;
   uint32_t localId;   // send: its own id; receive: the id in its data tags
   uint32_t remoteId;  // send: the receive comm's; receive: the send comm's
   fi_addr_t peer;
+  Peer* proc;  // the peer's process
   int live;
   uint64_t nextSeq;
   uint64_t messages;  // send: data messages posted; receive: data messages received
@@ -257,14 +397,12 @@ struct Comm {
   uint64_t advertised;
   Op* credit;  // receive comm: the credit in flight
   bool byePending;
-  double lastActivity;
-  Op* ping;  // receive comm: the ping in flight
   Op* reqs[kMaxRequests];
   Op* hello;  // send comm: the hello in flight until connect hands it out
   Op* bye;    // closing send comm: its bye
   double closeDeadline;
   // The control messages a comm receives, each posted with its exact tag and
-  // reposted when taken: a send comm's credits, pings and (closing) ack; a
+  // reposted when taken: a send comm's credits and (closing) ack; a
   // receive comm's bye.
   Op* creditRecv;
   Op* ackRecv;
@@ -347,7 +485,7 @@ NetResult postControlRecv(Comm* c, Op** slot, Kind kind) {
 // its control receives are cancelled, except a receive comm's bye: a sender
 // that closes after this comm still gets its answer.
 void freeComm(Comm* c) {
-  Op** sends[] = {&c->ping, &c->bye, &c->hello, &c->credit};
+  Op** sends[] = {&c->bye, &c->hello, &c->credit};
   for (Op** op : sends) {
     if (*op != nullptr) (*op)->orphan = true;
     *op = nullptr;
@@ -415,13 +553,14 @@ void answerOrphanBye(const Op* op) {
     OFI_WARN("ofi: a malformed bye (%zu bytes)", op->length);
     return;
   }
-  fi_addr_t to;
-  if (peerAddress(from.addr, from.addrLen, &to) == kNetSuccess) sendAck(to, from.id);
+  Peer* to = nullptr;
+  if (peerAddress(from.addr, from.addrLen, from.liveIp, from.livePort, &to) == kNetSuccess)
+    sendAck(to->fiAddr, from.id);
 }
 
 // A control message of comm c arrived: a credit (more receives posted), a
-// ping (nothing to do: its delivery was the point), a bye (answer once every
-// message it counts was taken), an ack (a closing send comm is done).
+// bye (answer once every message it counts was taken), an ack (a closing
+// send comm is done).
 void onControl(Comm* c, Op* op) {
   switch (op->kind) {
     case kCredit: {
@@ -466,7 +605,6 @@ void onComplete(Op* op, size_t len, int err) {
   switch (op->role) {
     case Op::kDataOp:
       if (err == 0) {
-        op->comm->lastActivity = nowSec();
         if (!op->comm->isSend) {
           ++op->comm->messages;
           maybeAck(op->comm);
@@ -487,10 +625,7 @@ void onComplete(Op* op, size_t len, int err) {
       break;
     case Op::kControlSend: {
       Comm* c = op->comm;
-      if (c->ping == op) {  // a ping: only its failure matters
-        c->ping = nullptr;
-        if (err != 0) failComm(c, err);
-      } else if (c->credit == op) {
+      if (c->credit == op) {
         c->credit = nullptr;
         if (err != 0) {
           failComm(c, err);
@@ -644,13 +779,17 @@ NetResult ofiInit(NetLogger logger) {
   // shm posts at most FI_SHM_RX_SIZE receives per endpoint (1024 unless
   // set): a process of many ranks posts more (one endpoint carries them all).
   setenv("FI_SHM_RX_SIZE", "8192", /*overwrite=*/0);
+  // The interface: the liveness socket's, and the socket providers' when
+  // one is asked for.
+  NetResult r = chooseInterface("ofi", spec, &itf);
+  if (r != kNetSuccess) return r;
   if (spec != nullptr) {
-    NetResult r = chooseInterface("ofi", spec, &itf);
-    if (r != kNetSuccess) return r;
     ifname = itf.name;
     // libfabric's tcp provider reads this when it is first used, just below.
     setenv("FI_TCP_IFACE", ifname, /*overwrite=*/0);
   }
+  r = openLiveness(itf);
+  if (r != kNetSuccess) return r;
 
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return kNetSystemError;
@@ -678,7 +817,7 @@ NetResult ofiInit(NetLogger logger) {
              " (set FI_PROVIDER to use shm, which reaches one host only)");
     return kNetInternalError;
   }
-  NetResult r = openFabric(g_info);
+  r = openFabric(g_info);
   if (r != kNetSuccess) return r;
   std::snprintf(g_provName, sizeof(g_provName), "%s", g_info->fabric_attr->prov_name);
   if (g_info->nic != nullptr && g_info->nic->link_attr != nullptr &&
@@ -741,7 +880,6 @@ Comm* newComm(bool isSend) {
   std::memset(static_cast<void*>(c), 0, sizeof(*c));
   c->magic = kCommMagic;
   c->isSend = isSend;
-  c->lastActivity = nowSec();
   c->next = g_comms;
   g_comms = c;
   return c;
@@ -777,6 +915,8 @@ NetResult ofiListen(int dev, void* handle, void** listenComm) {
   h.magic = kHandleMagic;
   h.id = l->id;
   h.addrLen = static_cast<uint16_t>(g_addrLen);
+  h.liveIp = g_liveIp;
+  h.livePort = g_livePort;
   std::memcpy(h.addr, g_addr, g_addrLen);
   std::memset(handle, 0, kHandleBytes);
   std::memcpy(handle, &h, sizeof(h));
@@ -798,9 +938,10 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
   if (!ready("connect")) return kNetInternalError;
   // connect() is called again with the same handle until it hands out a
   // comm: the send comm in the making is found by the handle's id and peer.
-  fi_addr_t peer;
-  NetResult r = peerAddress(h.addr, h.addrLen, &peer);
+  Peer* proc = nullptr;
+  NetResult r = peerAddress(h.addr, h.addrLen, h.liveIp, h.livePort, &proc);
   if (r != kNetSuccess) return r;
+  const fi_addr_t peer = proc->fiAddr;
   Comm* c = nullptr;
   for (Comm* x = g_comms; x != nullptr; x = x->next)
     if (x->isSend && x->hello != nullptr && x->remoteId == h.id && x->peer == peer) c = x;
@@ -809,6 +950,7 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
     c->localId = newId();
     c->remoteId = h.id;
     c->peer = peer;
+    c->proc = proc;
     if (postControlRecv(c, &c->creditRecv, kCredit) != kNetSuccess) {
       freeComm(c);
       return kNetInternalError;
@@ -819,6 +961,8 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
     std::memset(&from, 0, sizeof(from));
     from.id = c->localId;
     from.addrLen = static_cast<uint16_t>(g_addrLen);
+    from.liveIp = g_liveIp;
+    from.livePort = g_livePort;
     std::memcpy(from.addr, g_addr, g_addrLen);
     std::memcpy(op->buf, &from, sizeof(from));
     ssize_t rc = postSend(op, op->buf, sizeof(from), nullptr, peer, makeTag(kHello, h.id));
@@ -848,7 +992,6 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
     freeComm(c);
     return kNetRemoteError;
   }
-  c->lastActivity = nowSec();
   *sendComm = c;
   return kNetSuccess;
 }
@@ -879,8 +1022,8 @@ NetResult ofiAccept(void* listenComm, void** recvComm) {
     l->error = kNetInternalError;
     return l->error;
   }
-  fi_addr_t peer;
-  NetResult r = peerAddress(from.addr, from.addrLen, &peer);
+  Peer* proc = nullptr;
+  NetResult r = peerAddress(from.addr, from.addrLen, from.liveIp, from.livePort, &proc);
   if (r != kNetSuccess) {
     l->error = r;
     return r;
@@ -888,7 +1031,8 @@ NetResult ofiAccept(void* listenComm, void** recvComm) {
   Comm* c = newComm(false);
   c->localId = l->id;
   c->remoteId = from.id;
-  c->peer = peer;
+  c->peer = proc->fiAddr;
+  c->proc = proc;
   if (postControlRecv(c, &c->byeRecv, kBye) != kNetSuccess) {
     freeComm(c);
     l->error = kNetInternalError;
@@ -1006,11 +1150,29 @@ NetResult checkRegistered(const char* what, Comm* c, void* data, size_t size, vo
 
 // ---- isend / irecv / test ---------------------------------------------------------------
 
+// Whether c's peer process is gone (its liveness connection closed) for
+// longer than kGoneGraceSec, in which its last messages could still arrive:
+// then c fails.
+bool peerGone(Comm* c) {
+  checkLiveness();
+  if (c->proc == nullptr || !c->proc->gone || nowSec() - c->proc->goneSince < kGoneGraceSec)
+    return false;
+  if (!c->failed) {
+    failComm(c, FI_ECONNRESET);
+    c->gone = true;
+  }
+  return true;
+}
+
 NetResult failedComm(Comm* c, const char* what) {
   if (!c->warned) {
     c->warned = true;
-    OFI_WARN("ofi: %s: connection to peer failed: %s (provider %s)", what, fiErr(c->err),
-             g_provName);
+    if (c->gone) {
+      OFI_WARN("ofi: %s: the peer's process is gone (its liveness connection closed)", what);
+    } else {
+      OFI_WARN("ofi: %s: connection to peer failed: %s (provider %s)", what, fiErr(c->err),
+               g_provName);
+    }
   }
   return kNetRemoteError;
 }
@@ -1056,7 +1218,7 @@ NetResult ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhand
   void* desc = nullptr;
   NetResult r = checkRegistered("isend", c, data, size, mhandle, &desc);
   if (r != kNetSuccess) return r;
-  if (c->failed) return failedComm(c, "isend");
+  if (c->failed || peerGone(c)) return failedComm(c, "isend");
   if (c->messages >= c->granted) {
     progress();                                         // a credit may be waiting
     if (c->messages >= c->granted) return kNetSuccess;  // no request: retry
@@ -1111,7 +1273,6 @@ NetResult ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
   if (c->failed) return failedComm(c, "irecv");
   Op** slot = takeSlot(c);
   if (slot == nullptr) return kNetSuccess;
-  if (c->live == 0) c->lastActivity = nowSec();  // the wait starts now
   Op* op = startRequest(c, slot, size);
   ssize_t rc =
       postRecv(op, data[0], size, desc, makeTag(kData, c->localId, static_cast<uint32_t>(tags[0])));
@@ -1135,26 +1296,6 @@ NetResult ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
 NetResult ofiIflush(void*, int, void**, int*, void**, void** request) {
   if (request != nullptr) *request = nullptr;
   return kNetSuccess;
-}
-
-// A receive comm whose requests have waited kPingSec makes sure its sender is
-// still there: a ping to a gone process or endpoint fails.
-void maybePing(Comm* c) {
-  if (c->isSend || c->failed || c->ping != nullptr || c->live == 0) return;
-  const double now = nowSec();
-  if (now - c->lastActivity < kPingSec) return;
-  c->lastActivity = now;
-  // The ping is the credit told last, again: the sender takes it as any
-  // credit (a total, so repeating it changes nothing).
-  Op* op = newOp(Op::kControlSend);
-  op->comm = c;
-  std::memcpy(op->buf, &c->advertised, sizeof(c->advertised));
-  if (postSend(op, op->buf, sizeof(c->advertised), nullptr, c->peer,
-               makeTag(kCredit, c->remoteId)) != 0) {
-    delete op;
-    return;
-  }
-  c->ping = op;
 }
 
 NetResult ofiTest(void* request, int* done, int* sizes) {
@@ -1192,7 +1333,7 @@ NetResult ofiTest(void* request, int* done, int* sizes) {
   }
   if (c->failed) return failedComm(c, c->isSend ? "isend" : "irecv");
   maybeCredit(c);
-  maybePing(c);
+  if (peerGone(c)) return failedComm(c, c->isSend ? "isend" : "irecv");
   return kNetSuccess;
 }
 
@@ -1229,10 +1370,6 @@ void quiesce(Comm* c) {
     op = nullptr;
   }
   c->live = 0;
-  if (c->ping != nullptr) {
-    c->ping->orphan = true;
-    c->ping = nullptr;
-  }
 }
 
 NetResult ofiCloseSend(void* sendComm) {
@@ -1264,6 +1401,8 @@ NetResult ofiCloseSend(void* sendComm) {
   from.id = c->localId;
   from.sent = c->messages;
   from.addrLen = static_cast<uint16_t>(g_addrLen);
+  from.liveIp = g_liveIp;
+  from.livePort = g_livePort;
   std::memcpy(from.addr, g_addr, g_addrLen);
   std::memcpy(op->buf, &from, sizeof(from));
   if (postSend(op, op->buf, sizeof(from), nullptr, c->peer, makeTag(kBye, c->remoteId)) != 0) {
