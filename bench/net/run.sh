@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # All-reduce over each network tutti has, side by side on this machine, every
 # peer off shared memory (NCCL_SHM_DISABLE=1): tutti's TCP, tutti's UCX plugin
-# over UCX's tcp (TUTTI_NET=ucx UCX_TLS=tcp, when built) and an NCCL net
-# plugin (NCCL_NET_PLUGIN; default the test plugin, TCP on loopback). Runs
-# interleave (tcp, ucx, plugin, tcp, ...) so that a noisy machine hurts all
+# over UCX's tcp (TUTTI_NET=ucx UCX_TLS=tcp, when built), tutti's libfabric
+# plugin over libfabric's tcp and shm providers (TUTTI_NET=ofi
+# FI_PROVIDER=tcp|shm, when built) and an NCCL net plugin (NCCL_NET_PLUGIN;
+# default the test plugin, TCP on loopback). Runs interleave (tcp, ucx,
+# ofi-tcp, ofi-shm, plugin, tcp, ...) so that a noisy machine hurts all
 # alike; the table gives the median out-of-place time per size over the
 # runs and each network's ratio to TCP (below 1: faster than TCP).
 #   bench/net/run.sh [--np N] [--reps R] [-b MIN] [-e MAX] [--plugin FILE]
@@ -36,6 +38,9 @@ trap 'rm -rf "$tmp"' EXIT
 CASES=("tcp|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=tcp")
 [ -e build/tutti/libtutti-net-ucx.so ] &&
   CASES+=("ucx|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=ucx UCX_TLS=tcp")
+[ -e build/tutti/libtutti-net-ofi.so ] &&
+  CASES+=("ofi-tcp|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=ofi FI_PROVIDER=tcp"
+          "ofi-shm|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=ofi FI_PROVIDER=shm")
 [ -e "$PLUGIN" ] &&
   CASES+=("plugin|$PERF|NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=$PLUGIN")
 if [ -n "$BASE" ]; then

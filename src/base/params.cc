@@ -278,8 +278,8 @@ const std::vector<Known> kRegistry = {
     {"TUTTI_DEBUG_DUMP", false, Effect::kHonoured,
      "file the flight recorder appends to when a communicator fails"},
     {"TUTTI_NET", false, Effect::kHonoured,
-     "the network for peers shared memory does not carry: tcp (ucx, ofi, ibverbs: not in this "
-     "build); unset: an NCCL net plugin if one is loaded, else tcp"},
+     "the network for peers shared memory does not carry: tcp, ucx or ofi (plugins in "
+     "lib/tutti; ibverbs: not written yet); unset: an NCCL net plugin if one is loaded, else tcp"},
     {"TUTTI_INIT_TIMEOUT", false, Effect::kHonoured, "seconds for every rank to join at init"},
     {"TUTTI_HOST_ID", false, Effect::kHonoured, "node identity"},
     {"TUTTI_TEST_NODES", false, Effect::kHonoured, "testing: ranks per pretend node"},

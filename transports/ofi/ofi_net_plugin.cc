@@ -392,9 +392,15 @@ struct Comm {
   // (`granted`, the peer's count of receives posted, against `messages`); a
   // receive comm tells its sender each time it posted more (`posted`, of
   // which `advertised` were told), one credit message in flight at a time.
+  // The credit also carries the smallest receive posted (`smallest`), and a
+  // send comm refuses a message larger than that (`peerSmallest`): a
+  // message that does not fit its receive breaks the provider's connection
+  // (the tcp provider), which every comm between the two processes shares.
   uint64_t granted;
   uint64_t posted;
   uint64_t advertised;
+  uint64_t smallest;
+  uint64_t peerSmallest;
   Op* credit;  // receive comm: the credit in flight
   bool byePending;
   Op* reqs[kMaxRequests];
@@ -519,9 +525,9 @@ void maybeCredit(Comm* c) {
   if (c->isSend || c->failed || c->credit != nullptr || c->posted == c->advertised) return;
   Op* op = newOp(Op::kControlSend);
   op->comm = c;
-  std::memcpy(op->buf, &c->posted, sizeof(c->posted));
-  if (postSend(op, op->buf, sizeof(c->posted), nullptr, c->peer, makeTag(kCredit, c->remoteId)) !=
-      0) {
+  const uint64_t credit[2] = {c->posted, c->smallest};
+  std::memcpy(op->buf, credit, sizeof(credit));
+  if (postSend(op, op->buf, sizeof(credit), nullptr, c->peer, makeTag(kCredit, c->remoteId)) != 0) {
     delete op;  // told with the next receive posted or test()
     return;
   }
@@ -564,9 +570,12 @@ void answerOrphanBye(const Op* op) {
 void onControl(Comm* c, Op* op) {
   switch (op->kind) {
     case kCredit: {
-      uint64_t total = 0;
-      if (op->length == sizeof(total)) std::memcpy(&total, op->buf, sizeof(total));
-      if (total > c->granted) c->granted = total;
+      uint64_t credit[2] = {0, 0};
+      if (op->length == sizeof(credit)) std::memcpy(credit, op->buf, sizeof(credit));
+      if (credit[0] > c->granted) {
+        c->granted = credit[0];
+        c->peerSmallest = credit[1];
+      }
       postControlRecv(c, &c->creditRecv, kCredit);
       break;
     }
@@ -880,6 +889,7 @@ Comm* newComm(bool isSend) {
   std::memset(static_cast<void*>(c), 0, sizeof(*c));
   c->magic = kCommMagic;
   c->isSend = isSend;
+  c->smallest = UINT64_MAX;
   c->next = g_comms;
   g_comms = c;
   return c;
@@ -1223,6 +1233,11 @@ NetResult ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhand
     progress();                                         // a credit may be waiting
     if (c->messages >= c->granted) return kNetSuccess;  // no request: retry
   }
+  if (size > c->peerSmallest) {
+    OFI_WARN("ofi: isend of %zu bytes: the peer's receives take at most %llu bytes", size,
+             static_cast<unsigned long long>(c->peerSmallest));
+    return kNetInvalidUsage;
+  }
   Op** slot = takeSlot(c);
   if (slot == nullptr) return kNetSuccess;
   Op* op = startRequest(c, slot, size);
@@ -1288,6 +1303,7 @@ NetResult ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
     return kNetRemoteError;
   }
   ++c->posted;
+  if (size < c->smallest) c->smallest = size;
   maybeCredit(c);
   *request = op;
   return kNetSuccess;
