@@ -69,6 +69,7 @@ RUN=(
   "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M"
   "docs/simulator.md|build/bench/sim/tutti-sim --layout 1,1,1,1 --inter-bw 1gbit --node-bw 2:250mbit --algo ring -b 64M --balance"
   "docs/transports.md|NCCL_SHM_DISABLE=1 TUTTI_NET=ucx UCX_TLS=tcp build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
+  "docs/transports.md|NCCL_SHM_DISABLE=1 TUTTI_NET=ofi FI_PROVIDER=tcp build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
   "docs/transports.md|NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=\$PWD/build/tests/netplugin/libnccl-net-tsock.so NCCL_NET=TestSock build/bench/tutti_perf/tutti-perf all_reduce -b 8 -e 1M -f 4 --np 2"
 )
 # file | command prefix | why it is not run here

@@ -1,7 +1,7 @@
-// tutti's libfabric network transport, as an NCCL net plugin (ncclNetPlugin_v8,
-// table name "ofi") that tutti's loader (transports/ncclnet/nccl_net.cc)
-// drives like any other plugin: TUTTI_NET=ofi, or
-// NCCL_NET_PLUGIN=/path/to/libtutti-net-ofi.so.
+// tutti's libfabric network transport, as an NCCL net plugin (tables
+// ncclNetPlugin_v9 and _v8, name "ofi") that tutti's loader
+// (transports/ncclnet/nccl_net.cc) drives like any other plugin: TUTTI_NET=ofi,
+// or NCCL_NET_PLUGIN=/path/to/libtutti-net-ofi.so.
 //
 // libfabric's reliable datagram endpoints (FI_EP_RDM) with tagged messages
 // carry the messages; the provider is libfabric's choice unless FI_PROVIDER
@@ -15,16 +15,23 @@
 // - Tags: bits 56-59 say what a message is, bits 32-55 carry a connection id,
 //   bits 0-31 the caller's tag. A receive comm's id (given at listen, unique
 //   in its process) is in every data message sent to it; a send comm's id
-//   (unique in its process) in the control messages addressed to it.
-//   Messages of one connection are matched in sending order
-//   (FI_ORDER_SAS, requested from the provider).
+//   (unique in its process) in the control messages addressed to it. Every
+//   receive is posted with an exact tag. Messages of one connection are
+//   matched in sending order (FI_ORDER_SAS, requested from the provider).
 // - listen() posts the receive of a "hello" (tag HELLO|id) and puts the
-//   endpoint's address and the id into the handle. connect() inserts that
-//   address into the address vector (once per address: every connection
-//   between two processes shares the provider's connection) and sends the
-//   hello, which carries the send comm's id and the sender's address; it
-//   hands out the send comm once the provider completed the hello. accept()
-//   hands out the receive comm once the hello arrived. Neither blocks.
+//   endpoint's address, the id and the liveness socket's address into the
+//   handle. connect() inserts that address into the address vector (once
+//   per address: every connection between two processes shares the
+//   provider's connection) and sends the hello, which carries the send
+//   comm's id and the sender's addresses; it hands out the send comm once the
+//   provider completed the hello. accept() hands out the receive comm once
+//   the hello arrived. Neither blocks.
+// - Flow control: a message is sent only into a receive its peer posted.
+//   A receive comm sends its sender credits (how many receives it posted,
+//   and the smallest), and isend hands out no request while there is none;
+//   a message larger than the smallest receive is refused. Providers buffer
+//   early messages in finite pools, and a message that does not fit its
+//   receive breaks the tcp provider's connection.
 // - isend/irecv post fi_tsend/fi_trecv with the request as context; test()
 //   reads the completion queue (whoever calls it progresses every
 //   connection) and reports requests done in posting order; at most
@@ -36,13 +43,9 @@
 //   before takes a reference on it and costs no call into libfabric. Host
 //   memory only.
 // - Peer failure: an error completion of a connection's operation fails the
-//   connection; test() of its requests returns ncclRemoteError. A receive
-//   posted on an RDM endpoint is not tied to a peer, so a receive comm whose
-//   requests wait makes sure the sender is still there: after kPingSec
-//   without a completion it sends a ping (a zero-byte message to the send
-//   comm), which fails when the sender's process or its endpoint is gone.
-//   (The shm provider cannot tell a dead peer: on one host tutti's arena
-//   does.)
+//   connection. A process that died is noticed through its liveness socket
+//   (see Peer below); test() and isend of its connections then return
+//   ncclRemoteError.
 // - Close. A send comm whose messages all completed sends a "bye" carrying
 //   how many data messages it sent; the receiving process answers with an
 //   ack once its receive comm has taken that many, or at once when the
@@ -50,17 +53,17 @@
 //   closing comm stays in the process and later progress finishes it; at
 //   exit the plugin's destructor progresses for at most kCloseTimeoutSec, so
 //   that a process that closes and exits at once does not take its last
-//   messages with it (a provider may still need the sender for a message the
-//   peer has not taken: a rendezvous). A comm closed with requests in flight
-//   (an abort) cancels its receives and waits up to kCloseTimeoutSec for its
-//   operations to end, so that nothing writes into the caller's buffers
-//   after the close.
+//   messages with it. A comm closed with requests in flight (an abort)
+//   cancels its receives and waits up to kCloseTimeoutSec for its operations
+//   to end, so that nothing writes into the caller's buffers after the
+//   close.
 // - Interfaces: tutti's "ifname" option (tuttiNetSetOption; loopback when
 //   every rank is on one host), else NCCL_SOCKET_IFNAME, picks the interface
-//   of socket-based providers (tcp, sockets, udp): the fabric's domain must be
-//   that interface, and FI_TCP_IFACE is set to it unless it is set already.
-//   Providers of other kinds (verbs, efa, shm) are not filtered. Without
-//   FI_PROVIDER, shm is passed over: it reaches one host only.
+//   of the liveness socket and of socket-based providers (tcp, sockets, udp):
+//   the fabric's domain must be that interface, and FI_TCP_IFACE is set to
+//   it unless it is set already. Providers of other kinds (verbs, efa, shm)
+//   are not filtered. Without FI_PROVIDER, shm is passed over: it reaches
+//   one host only.
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -135,7 +138,8 @@ struct WireHandle {
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
 
 // The payload of a hello (connect -> accept) and of a bye (closing send comm
-// -> the receiving process): the sender's comm id and endpoint name.
+// -> the receiving process): the sender's comm id, endpoint name and liveness
+// socket.
 struct WireFrom {
   uint32_t id;
   uint32_t pad;
@@ -521,8 +525,14 @@ void sendAck(fi_addr_t to, uint32_t sendId) {
 
 // A receive comm tells its sender how many receives it has posted (in
 // total), when that grew since it last said so and no word is in flight.
+// Credits go in batches: only once the sender may have used half of what it
+// was told (of the receives posted and not yet taken), so that a stream of
+// messages costs one credit per half window rather than one each.
 void maybeCredit(Comm* c) {
   if (c->isSend || c->failed || c->credit != nullptr || c->posted == c->advertised) return;
+  const uint64_t window = c->posted - c->messages;    // receives posted, not yet taken
+  const uint64_t left = c->advertised - c->messages;  // of them, what the sender knows of
+  if (2 * left > window) return;
   Op* op = newOp(Op::kControlSend);
   op->comm = c;
   const uint64_t credit[2] = {c->posted, c->smallest};
@@ -788,6 +798,14 @@ NetResult ofiInit(NetLogger logger) {
   // shm posts at most FI_SHM_RX_SIZE receives per endpoint (1024 unless
   // set): a process of many ranks posts more (one endpoint carries them all).
   setenv("FI_SHM_RX_SIZE", "8192", /*overwrite=*/0);
+  // rxm over tcp sends messages beyond its eager limit (16 KiB) by
+  // rendezvous: a round trip per message, which on a loaded link waits
+  // behind the data going the other way (a 64 MiB all-reduce between two
+  // nodes at 1 Gbit/s ran at 0.58x tutti's TCP). The receives are always
+  // posted before a message is sent (the credits), so eager costs nothing
+  // extra: up to 8 MiB, tutti's messages for NCCL_BUFFSIZE up to 64 MiB.
+  // (rxm takes this only over tcp.)
+  setenv("FI_OFI_RXM_EAGER_LIMIT", "8388608", /*overwrite=*/0);
   // The interface: the liveness socket's, and the socket providers' when
   // one is asked for.
   NetResult r = chooseInterface("ofi", spec, &itf);
@@ -1359,13 +1377,16 @@ NetResult ofiTest(void* request, int* done, int* sizes) {
 // every operation is waited for (at most kCloseTimeoutSec: beyond that, left
 // to finish on its own, freed when it does).
 void quiesce(Comm* c) {
+  checkLiveness();
+  // A gone peer's sends never end (nothing writes into their buffers).
+  const bool gone = c->proc != nullptr && c->proc->gone;
   bool any = false;
   for (Op* op : c->reqs) {
     if (op == nullptr || op->complete) continue;
     any = true;
     if (!c->isSend) fi_cancel(&g_ep->fid, &op->ctx);
   }
-  if (any) {
+  if (any && !(gone && c->isSend)) {
     progressUntil(
         [c] {
           for (Op* op : c->reqs)
@@ -1379,8 +1400,9 @@ void quiesce(Comm* c) {
     if (op->complete) {
       delete op;
     } else {
-      OFI_WARN("ofi: closing a connection whose %s has not ended within %.0f s",
-               c->isSend ? "send" : "receive", kCloseTimeoutSec);
+      if (!gone)
+        OFI_WARN("ofi: closing a connection whose %s has not ended within %.0f s",
+                 c->isSend ? "send" : "receive", kCloseTimeoutSec);
       op->orphan = true;
     }
     op = nullptr;
@@ -1400,7 +1422,7 @@ NetResult ofiCloseSend(void* sendComm) {
   bool pending = false;
   for (Op* op : c->reqs) pending = pending || (op != nullptr && !op->complete);
   quiesce(c);
-  if (pending || c->failed) {
+  if (pending || c->failed || (c->proc != nullptr && c->proc->gone)) {
     freeComm(c);
     return kNetSuccess;
   }
