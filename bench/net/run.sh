@@ -4,8 +4,9 @@
 # over UCX's tcp (TUTTI_NET=ucx UCX_TLS=tcp, when built), tutti's libfabric
 # plugin over libfabric's tcp and shm providers (TUTTI_NET=ofi
 # FI_PROVIDER=tcp|shm, when built) and an NCCL net plugin (NCCL_NET_PLUGIN;
-# default the test plugin, TCP on loopback). Runs interleave (tcp, ucx,
-# ofi-tcp, ofi-shm, plugin, tcp, ...) so that a noisy machine hurts all
+# default the test plugin, TCP on loopback), and tutti's own shared memory
+# (shm, the reference for ofi-shm). Runs interleave (tcp, ucx, ofi-tcp,
+# ofi-shm, plugin, shm, tcp, ...) so that a noisy machine hurts all
 # alike; the table gives the median out-of-place time per size over the
 # runs and each network's ratio to TCP (below 1: faster than TCP).
 #   bench/net/run.sh [--np N] [--reps R] [-b MIN] [-e MAX] [--plugin FILE]
@@ -13,6 +14,7 @@
 # --baseline PERF: also time another tutti-perf (a build of another commit)
 # over TCP and over shared memory, interleaved with this one: the before/after
 # check of a change to the data path (ratios this/baseline).
+# The ratio columns divide by tcp (ofi-shm also by shm).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NP=2 REPS=5 MIN=8 MAX=64M BASE=
@@ -43,8 +45,9 @@ CASES=("tcp|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=tcp")
           "ofi-shm|$PERF|NCCL_SHM_DISABLE=1 TUTTI_NET=ofi FI_PROVIDER=shm")
 [ -e "$PLUGIN" ] &&
   CASES+=("plugin|$PERF|NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=$PLUGIN")
+CASES+=("shm|$PERF|")
 if [ -n "$BASE" ]; then
-  CASES+=("base-tcp|$BASE|NCCL_SHM_DISABLE=1" "shm|$PERF|" "base-shm|$BASE|")
+  CASES+=("base-tcp|$BASE|NCCL_SHM_DISABLE=1" "base-shm|$BASE|")
 fi
 
 # "<size> <oop us>" per row of one tutti-perf table.
@@ -68,6 +71,7 @@ for n in "${names[@]}"; do printf ' %10s' "$n"; done
 for n in "${names[@]:1}"; do
   case $n in base-*|shm) ;; *) printf ' %10s' "$n/tcp" ;; esac
 done
+[[ " ${names[*]} " == *" ofi-shm "* ]] && printf ' %12s' ofi-shm/shm
 [ -n "$BASE" ] && printf ' %12s %12s' tcp/base shm/base
 echo
 for size in $(awk '{ print $1 }' "$tmp/tcp.0"); do
@@ -80,6 +84,9 @@ for size in $(awk '{ print $1 }' "$tmp/tcp.0"); do
   for n in "${names[@]:1}"; do
     case $n in base-*|shm) ;; *) awk -v a="${med[$n]}" -v b="${med[tcp]}" 'BEGIN { printf " %10.2f", a / b }' ;; esac
   done
+  if [ -n "${med[ofi-shm]:-}" ]; then
+    awk -v a="${med[ofi-shm]}" -v b="${med[shm]}" 'BEGIN { printf " %12.2f", a / b }'
+  fi
   if [ -n "$BASE" ]; then
     awk -v a="${med[tcp]}" -v b="${med[base-tcp]}" -v c="${med[shm]}" -v d="${med[base-shm]}" \
       'BEGIN { printf " %12.3f %12.3f", a / b, c / d }'
