@@ -127,29 +127,38 @@ uint64_t makeTag(uint64_t kind, uint32_t id, uint32_t low = 0) {
 
 // ---- wire formats --------------------------------------------------------------------
 
+// A process: a random id of this run of it (an endpoint name or a port may be
+// reused by a later process), its liveness socket, its endpoint name.
+struct WireProc {
+  uint64_t incarnation;
+  uint32_t liveIp;    // network order
+  uint16_t livePort;  // network order
+  uint16_t addrLen;
+  uint8_t addr[kMaxAddrBytes];
+};
+
 struct WireHandle {
   uint32_t magic;
-  uint32_t id;  // the receive comm's id
-  uint16_t addrLen;
-  uint16_t livePort;  // the listening process's liveness socket (network order)
-  uint32_t liveIp;
-  uint8_t addr[kMaxAddrBytes];  // the listening process's endpoint name
+  uint32_t id;    // the receive comm's id
+  WireProc proc;  // the listening process
 };
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
 
 // The payload of a hello (connect -> accept) and of a bye (closing send comm
-// -> the receiving process): the sender's comm id, endpoint name and liveness
-// socket.
+// -> the receiving process): the sender's comm id and process.
 struct WireFrom {
   uint32_t id;
   uint32_t pad;
   uint64_t sent;  // bye: data messages the send comm sent
-  uint16_t addrLen;
-  uint16_t livePort;
-  uint32_t liveIp;
-  uint8_t addr[kMaxAddrBytes];
+  WireProc proc;
 };
 constexpr size_t kControlBytes = sizeof(WireFrom);
+
+// Whether a received WireFrom of `len` bytes is whole.
+bool wholeFrom(const WireFrom& f, size_t len) {
+  return len >= offsetof(WireFrom, proc.addr) && f.proc.addrLen > 0 &&
+         f.proc.addrLen <= kMaxAddrBytes && len >= offsetof(WireFrom, proc.addr) + f.proc.addrLen;
+}
 
 // ---- the process's fabric --------------------------------------------------------------
 
@@ -169,8 +178,6 @@ fid_domain* g_domain = nullptr;
 fid_av* g_av = nullptr;
 fid_cq* g_cq = nullptr;
 fid_ep* g_ep = nullptr;
-uint8_t g_addr[kMaxAddrBytes];
-size_t g_addrLen = 0;
 bool g_ready = false;
 bool g_initFailed = false;
 char g_provName[64] = "";
@@ -193,10 +200,7 @@ char g_devName[] = "ofi";
 struct Peer {
   Peer* next;
   fi_addr_t fiAddr;
-  size_t len;
-  uint8_t addr[kMaxAddrBytes];
-  uint32_t liveIp;  // network order; 0: no liveness socket (a peer without)
-  uint16_t livePort;
+  WireProc proc;
   int liveFd;
   bool connecting;
   bool gone;
@@ -205,8 +209,7 @@ struct Peer {
 Peer* g_peers = nullptr;
 
 int g_liveListen = -1;
-uint32_t g_liveIp = 0;  // network order
-uint16_t g_livePort = 0;
+WireProc g_self{};  // this process, as peers see it (complete after init)
 double g_lastLivenessCheck = 0;
 
 // Connections accepted on the liveness socket: held open, read until closed.
@@ -229,8 +232,8 @@ NetResult openLiveness(const Interface& itf) {
     return kNetSystemError;
   }
   g_liveListen = fd;
-  g_liveIp = sa.sin_addr.s_addr;
-  g_livePort = sa.sin_port;
+  g_self.liveIp = sa.sin_addr.s_addr;
+  g_self.livePort = sa.sin_port;
   return kNetSuccess;
 }
 
@@ -243,14 +246,14 @@ void markGone(Peer* p) {
 }
 
 void startLiveness(Peer* p) {
-  if (p->liveFd >= 0 || p->gone || p->livePort == 0) return;
+  if (p->liveFd >= 0 || p->gone || p->proc.livePort == 0) return;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return;  // no check for this peer; its transport's errors remain
   sockaddr_in sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = p->liveIp;
-  sa.sin_port = p->livePort;
+  sa.sin_addr.s_addr = p->proc.liveIp;
+  sa.sin_port = p->proc.livePort;
   if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
     p->liveFd = fd;
   } else if (errno == EINPROGRESS) {
@@ -322,29 +325,34 @@ uint32_t newId() {
 
 const char* fiErr(int err) { return fi_strerror(err < 0 ? -err : err); }
 
-// The address vector entry of a peer's endpoint name.
-NetResult peerAddress(const uint8_t* addr, size_t len, uint32_t liveIp, uint16_t livePort,
-                      Peer** out) {
+bool sameName(const WireProc& a, const WireProc& b) {
+  return a.addrLen == b.addrLen && std::memcmp(a.addr, b.addr, a.addrLen) == 0;
+}
+
+// The peer process `w` describes: found, or made (its endpoint name inserted
+// into the address vector once, whichever process had it before).
+NetResult peerOf(const WireProc& w, Peer** out) {
+  fi_addr_t fa = FI_ADDR_NOTAVAIL;
   for (Peer* p = g_peers; p != nullptr; p = p->next) {
-    if (p->len == len && std::memcmp(p->addr, addr, len) == 0) {
+    if (!sameName(p->proc, w)) continue;
+    if (p->proc.incarnation == w.incarnation) {
       *out = p;
       return kNetSuccess;
     }
+    fa = p->fiAddr;
   }
-  fi_addr_t fa = FI_ADDR_NOTAVAIL;
-  int n = fi_av_insert(g_av, addr, 1, &fa, 0, nullptr);
-  if (n != 1) {
-    OFI_WARN("ofi: inserting a peer's address (%zu bytes) into the address vector failed: %s", len,
-             n < 0 ? fiErr(n) : "not inserted");
-    return kNetRemoteError;
+  if (fa == FI_ADDR_NOTAVAIL) {
+    int n = fi_av_insert(g_av, w.addr, 1, &fa, 0, nullptr);
+    if (n != 1) {
+      OFI_WARN("ofi: inserting a peer's address (%u bytes) into the address vector failed: %s",
+               static_cast<unsigned>(w.addrLen), n < 0 ? fiErr(n) : "not inserted");
+      return kNetRemoteError;
+    }
   }
   Peer* p = new Peer();
   std::memset(static_cast<void*>(p), 0, sizeof(*p));
   p->fiAddr = fa;
-  p->len = len;
-  std::memcpy(p->addr, addr, len);
-  p->liveIp = liveIp;
-  p->livePort = livePort;
+  p->proc = w;
   p->liveFd = -1;
   p->next = g_peers;
   g_peers = p;
@@ -565,13 +573,12 @@ void answerOrphanBye(const Op* op) {
   WireFrom from;
   std::memset(&from, 0, sizeof(from));
   std::memcpy(&from, op->buf, op->length < sizeof(from) ? op->length : sizeof(from));
-  if (op->length < offsetof(WireFrom, addr) || from.addrLen == 0 || from.addrLen > kMaxAddrBytes) {
+  if (!wholeFrom(from, op->length)) {
     OFI_WARN("ofi: a malformed bye (%zu bytes)", op->length);
     return;
   }
   Peer* to = nullptr;
-  if (peerAddress(from.addr, from.addrLen, from.liveIp, from.livePort, &to) == kNetSuccess)
-    sendAck(to->fiAddr, from.id);
+  if (peerOf(from.proc, &to) == kNetSuccess) sendAck(to->fiAddr, from.id);
 }
 
 // A control message of comm c arrived: a credit (more receives posted), a
@@ -774,13 +781,15 @@ NetResult openFabric(fi_info* fi) {
     OFI_WARN("ofi: opening an endpoint of %s failed: %s", fi->fabric_attr->prov_name, fiErr(rc));
     return kNetInternalError;
   }
-  g_addrLen = sizeof(g_addr);
-  rc = fi_getname(&g_ep->fid, g_addr, &g_addrLen);
-  if (rc != 0 || g_addrLen > kMaxAddrBytes) {
-    OFI_WARN("ofi: the endpoint's name (%zu bytes) %s", g_addrLen,
+  size_t len = sizeof(g_self.addr);
+  rc = fi_getname(&g_ep->fid, g_self.addr, &len);
+  if (rc != 0 || len > kMaxAddrBytes) {
+    OFI_WARN("ofi: the endpoint's name (%zu bytes) %s", len,
              rc != 0 ? fiErr(rc) : "does not fit the connection handle");
     return kNetInternalError;
   }
+  g_self.addrLen = static_cast<uint16_t>(len);
+  g_self.incarnation = randomId();
   return kNetSuccess;
 }
 
@@ -942,10 +951,7 @@ NetResult ofiListen(int dev, void* handle, void** listenComm) {
   std::memset(&h, 0, sizeof(h));
   h.magic = kHandleMagic;
   h.id = l->id;
-  h.addrLen = static_cast<uint16_t>(g_addrLen);
-  h.liveIp = g_liveIp;
-  h.livePort = g_livePort;
-  std::memcpy(h.addr, g_addr, g_addrLen);
+  h.proc = g_self;
   std::memset(handle, 0, kHandleBytes);
   std::memcpy(handle, &h, sizeof(h));
   *listenComm = l;
@@ -958,7 +964,7 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
   if (dev != 0) return kNetInvalidArgument;
   WireHandle h;
   std::memcpy(&h, handle, sizeof(h));
-  if (h.magic != kHandleMagic || h.addrLen == 0 || h.addrLen > kMaxAddrBytes) {
+  if (h.magic != kHandleMagic || h.proc.addrLen == 0 || h.proc.addrLen > kMaxAddrBytes) {
     OFI_WARN("ofi: connect: not a handle of this plugin");
     return kNetInvalidArgument;
   }
@@ -967,7 +973,7 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
   // connect() is called again with the same handle until it hands out a
   // comm: the send comm in the making is found by the handle's id and peer.
   Peer* proc = nullptr;
-  NetResult r = peerAddress(h.addr, h.addrLen, h.liveIp, h.livePort, &proc);
+  NetResult r = peerOf(h.proc, &proc);
   if (r != kNetSuccess) return r;
   const fi_addr_t peer = proc->fiAddr;
   Comm* c = nullptr;
@@ -988,10 +994,7 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
     WireFrom from;
     std::memset(&from, 0, sizeof(from));
     from.id = c->localId;
-    from.addrLen = static_cast<uint16_t>(g_addrLen);
-    from.liveIp = g_liveIp;
-    from.livePort = g_livePort;
-    std::memcpy(from.addr, g_addr, g_addrLen);
+    from.proc = g_self;
     std::memcpy(op->buf, &from, sizeof(from));
     ssize_t rc = postSend(op, op->buf, sizeof(from), nullptr, peer, makeTag(kHello, h.id));
     if (rc == -FI_EAGAIN) {
@@ -1043,15 +1046,14 @@ NetResult ofiAccept(void* listenComm, void** recvComm) {
   if (!op->complete) return kNetSuccess;  // nobody yet
   WireFrom from;
   std::memcpy(&from, op->buf, sizeof(from));
-  if (op->failed || op->length < offsetof(WireFrom, addr) || from.addrLen == 0 ||
-      from.addrLen > kMaxAddrBytes || op->length < offsetof(WireFrom, addr) + from.addrLen) {
+  if (op->failed || !wholeFrom(from, op->length)) {
     OFI_WARN("ofi: accept: bad hello from the connecting peer (%s, %zu bytes)",
              op->failed ? fiErr(op->err) : "received", op->length);
     l->error = kNetInternalError;
     return l->error;
   }
   Peer* proc = nullptr;
-  NetResult r = peerAddress(from.addr, from.addrLen, from.liveIp, from.livePort, &proc);
+  NetResult r = peerOf(from.proc, &proc);
   if (r != kNetSuccess) {
     l->error = r;
     return r;
@@ -1438,10 +1440,7 @@ NetResult ofiCloseSend(void* sendComm) {
   std::memset(&from, 0, sizeof(from));
   from.id = c->localId;
   from.sent = c->messages;
-  from.addrLen = static_cast<uint16_t>(g_addrLen);
-  from.liveIp = g_liveIp;
-  from.livePort = g_livePort;
-  std::memcpy(from.addr, g_addr, g_addrLen);
+  from.proc = g_self;
   std::memcpy(op->buf, &from, sizeof(from));
   if (postSend(op, op->buf, sizeof(from), nullptr, c->peer, makeTag(kBye, c->remoteId)) != 0) {
     delete op;
