@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "transports/ncclnet/net_abi.h"
+#include "transports/netplugin/plugin_support.h"
 
 #if !defined(TSOCK_ABI) || (TSOCK_ABI != 8 && TSOCK_ABI != 10)
 #error "build with -DTSOCK_ABI=8 or -DTSOCK_ABI=10"
@@ -41,6 +42,7 @@
 namespace {
 
 using namespace tutti::transport::ncclnet;
+using tutti::transport::netplugin::randomId;
 
 // No std containers, std::mutex or std::atomic here: their template
 // instantiations over std types have default visibility and would be exported
@@ -104,19 +106,6 @@ struct WireHandle {
   uint64_t id;
 };
 static_assert(sizeof(WireHandle) <= kHandleBytes, "handle fits NCCL_NET_HANDLE_MAXSIZE");
-
-uint64_t randomId() {
-  static uint64_t counter = 0;
-  uint64_t id = 0;
-  if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(id))) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    id = (static_cast<uint64_t>(ts.tv_sec) << 32) ^ static_cast<uint64_t>(ts.tv_nsec) ^
-         (static_cast<uint64_t>(getpid()) << 16);
-  }
-  id ^= __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull;
-  return id == 0 ? 1 : id;
-}
 
 void setNoDelay(int fd) {
   int one = 1;

@@ -460,6 +460,19 @@ Op* newOp(Op::Role role) {
   return op;
 }
 
+// A hello or a bye of send comm c: its id, `sent` and this process.
+Op* newFromOp(Op::Role role, Comm* c, uint64_t sent) {
+  Op* op = newOp(role);
+  op->comm = c;
+  WireFrom from;
+  std::memset(&from, 0, sizeof(from));
+  from.id = c->localId;
+  from.sent = sent;
+  from.proc = g_self;
+  std::memcpy(op->buf, &from, sizeof(from));
+  return op;
+}
+
 void unlinkComm(Comm* c) {
   for (Comm** pp = &g_comms; *pp != nullptr; pp = &(*pp)->next) {
     if (*pp == c) {
@@ -989,14 +1002,8 @@ NetResult ofiConnect(int dev, void* handle, void** sendComm) {
       freeComm(c);
       return kNetInternalError;
     }
-    Op* op = newOp(Op::kHelloSend);
-    op->comm = c;
-    WireFrom from;
-    std::memset(&from, 0, sizeof(from));
-    from.id = c->localId;
-    from.proc = g_self;
-    std::memcpy(op->buf, &from, sizeof(from));
-    ssize_t rc = postSend(op, op->buf, sizeof(from), nullptr, peer, makeTag(kHello, h.id));
+    Op* op = newFromOp(Op::kHelloSend, c, 0);
+    ssize_t rc = postSend(op, op->buf, sizeof(WireFrom), nullptr, peer, makeTag(kHello, h.id));
     if (rc == -FI_EAGAIN) {
       delete op;
       freeComm(c);
@@ -1434,15 +1441,8 @@ NetResult ofiCloseSend(void* sendComm) {
     freeComm(c);
     return kNetSuccess;
   }
-  Op* op = newOp(Op::kControlSend);
-  op->comm = c;
-  WireFrom from;
-  std::memset(&from, 0, sizeof(from));
-  from.id = c->localId;
-  from.sent = c->messages;
-  from.proc = g_self;
-  std::memcpy(op->buf, &from, sizeof(from));
-  if (postSend(op, op->buf, sizeof(from), nullptr, c->peer, makeTag(kBye, c->remoteId)) != 0) {
+  Op* op = newFromOp(Op::kControlSend, c, c->messages);
+  if (postSend(op, op->buf, sizeof(WireFrom), nullptr, c->peer, makeTag(kBye, c->remoteId)) != 0) {
     delete op;
     freeComm(c);
     return kNetSuccess;
