@@ -682,8 +682,12 @@ void onComplete(Op* op, size_t len, int err) {
 }
 
 // Closing send comms whose peer did not answer within kCloseTimeoutSec.
+// At most every kLivenessCheckSec (progress runs often).
 void expireCloses() {
+  static double last = 0;
   const double now = nowSec();
+  if (now - last < kLivenessCheckSec) return;
+  last = now;
   for (Comm* c = g_comms; c != nullptr;) {
     Comm* next = c->next;
     if (c->closing && now > c->closeDeadline) {
