@@ -228,6 +228,7 @@ class Bootstrap : public transport::ControlChannel {
 
   std::thread service_;
   std::atomic<bool> stop_{false};
+  int wakeFd_ = -1;  // eventfd in the service thread's poll: ~Bootstrap ends its wait at once
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, std::deque<std::vector<uint8_t>>> mailbox_;

@@ -13,7 +13,9 @@ gradients DDP all-reduces as sparse tensors, then a linear layer."""
 import argparse
 import copy
 import gc
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -162,3 +164,11 @@ dist.destroy_process_group(gloo)
 del gloo
 dist.destroy_process_group()
 gc.collect()
+# That ordering made the abort rare, not impossible: about 1 run in 16 on the
+# 2-vCPU machine with a compile beside it, still after the last line above
+# (2026-12-07). Every check has passed by now and both groups are destroyed
+# (tutti's communicator with them), so the process leaves here without the
+# interpreter's and the C++ runtime's teardown.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
