@@ -1091,6 +1091,15 @@ Comm* asComm(void* p) {
   return (c != nullptr && c->magic == kCommMagic && !c->closing) ? c : nullptr;
 }
 
+// p as a send comm (isSend) or a receive comm, for entry point `what`; a
+// WARN and nullptr when it is not one.
+Comm* asComm(void* p, bool isSend, const char* what) {
+  Comm* c = asComm(p);
+  if (c != nullptr && c->isSend == isSend) return c;
+  OFI_WARN("ofi: %s: %p is not a %s comm", what, p, isSend ? "send" : "receive");
+  return nullptr;
+}
+
 NetResult ofiRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (mhandle == nullptr) return kNetInvalidArgument;
   *mhandle = nullptr;
@@ -1247,11 +1256,8 @@ NetResult ofiIsend(void* sendComm, void* data, size_t size, int tag, void* mhand
   if (request == nullptr) return kNetInvalidArgument;
   *request = nullptr;
   Lock lock;
-  Comm* c = asComm(sendComm);
-  if (c == nullptr || !c->isSend) {
-    OFI_WARN("ofi: isend: %p is not a send comm", sendComm);
-    return kNetInvalidArgument;
-  }
+  Comm* c = asComm(sendComm, true, "isend");
+  if (c == nullptr) return kNetInvalidArgument;
   if (size > 0 && data == nullptr) {
     OFI_WARN("ofi: isend: bad buffer %p of %zu bytes", data, size);
     return kNetInvalidArgument;
@@ -1295,11 +1301,8 @@ NetResult ofiIrecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
   if (request == nullptr) return kNetInvalidArgument;
   *request = nullptr;
   Lock lock;
-  Comm* c = asComm(recvComm);
-  if (c == nullptr || c->isSend) {
-    OFI_WARN("ofi: irecv: %p is not a receive comm", recvComm);
-    return kNetInvalidArgument;
-  }
+  Comm* c = asComm(recvComm, false, "irecv");
+  if (c == nullptr) return kNetInvalidArgument;
   if (n != 1) {
     OFI_WARN("ofi: irecv: %d buffers, but maxRecvs is 1", n);
     return kNetInvalidArgument;
@@ -1426,11 +1429,8 @@ void quiesce(Comm* c) {
 NetResult ofiCloseSend(void* sendComm) {
   if (sendComm == nullptr) return kNetSuccess;
   Lock lock;
-  Comm* c = asComm(sendComm);
-  if (c == nullptr || !c->isSend) {
-    OFI_WARN("ofi: closeSend: %p is not a send comm", sendComm);
-    return kNetInvalidArgument;
-  }
+  Comm* c = asComm(sendComm, true, "closeSend");
+  if (c == nullptr) return kNetInvalidArgument;
   progress();
   bool pending = false;
   for (Op* op : c->reqs) pending = pending || (op != nullptr && !op->complete);
@@ -1461,11 +1461,8 @@ NetResult ofiCloseSend(void* sendComm) {
 NetResult ofiCloseRecv(void* recvComm) {
   if (recvComm == nullptr) return kNetSuccess;
   Lock lock;
-  Comm* c = asComm(recvComm);
-  if (c == nullptr || c->isSend) {
-    OFI_WARN("ofi: closeRecv: %p is not a receive comm", recvComm);
-    return kNetInvalidArgument;
-  }
+  Comm* c = asComm(recvComm, false, "closeRecv");
+  if (c == nullptr) return kNetInvalidArgument;
   quiesce(c);
   if (c->byePending) sendAck(c->peer, c->remoteId);  // it wants nothing more
   freeComm(c);
